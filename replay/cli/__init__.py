@@ -1,0 +1,1 @@
+"""Command line: thin subcommands that parse, call the library and print."""

@@ -1,0 +1,10 @@
+"""`replay predict` subcommand (being built; see its issue)."""
+
+from __future__ import annotations
+
+import click
+
+
+@click.group(name="predict")
+def command() -> None:
+    """(not built yet)"""

@@ -1,0 +1,112 @@
+"""Clocks: wall time for real runs, and an asyncio event loop whose time is virtual for simulated runs.
+
+The driver's agent pool is ordinary asyncio code that reads time from `loop.time()` and waits with
+`asyncio.sleep`/timeouts. Run on a normal loop it paces a real server; run on `VirtualTimeLoop` the
+same code drives the in-process simulator, and time jumps straight to the next scheduled event, so a
+three-hour replay takes seconds and is deterministic (no real I/O may happen on that loop).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import selectors
+from collections.abc import Awaitable, Callable
+from typing import Protocol, TypeVar
+
+__all__ = ["Clock", "LoopClock", "VirtualTimeLoop", "run_virtual", "run_real"]
+
+T = TypeVar("T")
+
+
+class Clock(Protocol):
+    """Seconds on a monotonic scale, and a way to wait. Pure code receives one of these."""
+
+    def now(self) -> float: ...
+
+    async def sleep(self, dt_s: float) -> None: ...
+
+    async def sleep_until(self, t_s: float) -> None: ...
+
+
+class LoopClock:
+    """Time of the running asyncio loop: wall-monotonic on a normal loop, virtual on VirtualTimeLoop."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop | None = None):
+        self._loop = loop
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        return self._loop or asyncio.get_running_loop()
+
+    def now(self) -> float:
+        return self.loop.time()
+
+    async def sleep(self, dt_s: float) -> None:
+        await asyncio.sleep(max(0.0, dt_s))
+
+    async def sleep_until(self, t_s: float) -> None:
+        dt = t_s - self.loop.time()
+        if dt > 0:
+            await asyncio.sleep(dt)
+
+
+class _VirtualSelector(selectors.BaseSelector):
+    """A selector that never has I/O: waiting `timeout` seconds just advances the loop's virtual time."""
+
+    def __init__(self) -> None:
+        self._map: dict[object, selectors.SelectorKey] = {}
+        self.loop: VirtualTimeLoop | None = None
+
+    def register(self, fileobj, events, data=None):  # the loop's self-pipe registers here
+        key = selectors.SelectorKey(fileobj, id(fileobj), events, data)
+        self._map[fileobj] = key
+        return key
+
+    def unregister(self, fileobj):
+        return self._map.pop(fileobj)
+
+    def select(self, timeout=None):
+        if timeout is None:
+            raise RuntimeError(
+                "virtual-time loop would wait forever: nothing is scheduled and nothing is ready "
+                "(a coroutine awaits something no simulated event will ever complete)"
+            )
+        if timeout > 0 and self.loop is not None:
+            self.loop._advance(timeout)
+        return []
+
+    def get_map(self):
+        return self._map
+
+    def close(self) -> None:
+        self._map.clear()
+
+
+class VirtualTimeLoop(asyncio.SelectorEventLoop):
+    """Event loop whose `time()` starts at 0 and moves only when every task is waiting on a timer."""
+
+    def __init__(self) -> None:
+        selector = _VirtualSelector()
+        super().__init__(selector)
+        selector.loop = self
+        self._virtual_now = 0.0
+
+    def time(self) -> float:
+        return self._virtual_now
+
+    def _advance(self, dt_s: float) -> None:
+        self._virtual_now += dt_s
+
+
+def run_virtual(main: Callable[[], Awaitable[T]]) -> T:
+    """Run `main()` to completion on a fresh VirtualTimeLoop and close it."""
+    loop = VirtualTimeLoop()
+    try:
+        return loop.run_until_complete(main())
+    finally:
+        loop.close()
+
+
+def run_real(main: Callable[[], Awaitable[T]]) -> T:
+    """Run `main()` on a normal asyncio loop (wall clock)."""
+    return asyncio.run(main())

@@ -1,0 +1,1 @@
+"""Closed-loop driver: a pool of agents replaying a trace through a transport."""

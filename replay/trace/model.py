@@ -1,0 +1,151 @@
+"""In-memory trace model: a header and calls stored as deltas; prompts expanded on demand.
+
+A call's prompt is the task's previous context (previous prompt + previous output) cut to `keep`,
+then `append`. Memory is proportional to the appended (unique) tokens; a prompt exists as an array
+only while someone asks for it. See traces/FORMAT.md for the on-disk form.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Literal
+
+import numpy as np
+
+from replay.trace.tokens import block_tokens, output_tokens
+
+__all__ = ["FORMAT_NAME", "FORMAT_VERSION", "TraceHeader", "Call", "Trace", "CallRef", "Step"]
+
+FORMAT_NAME = "replay-trace"
+FORMAT_VERSION = 1
+
+CallRef = tuple[str, int]  # (task id, call index)
+
+
+@dataclass(frozen=True)
+class TraceHeader:
+    """First line of a trace file. `tokens` says whether `append` holds token ids or block hash ids."""
+
+    tokens: Literal["ids", "blocks"] = "ids"
+    vocab_size: int = 32000
+    block_size: int | None = None  # tokens per hash block; required when tokens == "blocks"
+    model: str | None = None
+    source: str | None = None
+    meta: dict = field(default_factory=dict)
+    format: str = FORMAT_NAME
+    version: int = FORMAT_VERSION
+
+
+@dataclass(frozen=True, eq=False)
+class Call:
+    """One LLM request of a task, as a delta against the task's previous context.
+
+    ids traces: `keep` counts tokens of the previous context (prompt + output) kept as the prefix,
+    `append` holds the new token ids (int32). blocks traces: `keep` counts blocks of the previous
+    prompt's block list, `append` holds new block hash ids (int64), and `prompt_len` gives the exact
+    token length (the last block may be partial).
+    """
+
+    task: str
+    index: int
+    gap_s: float
+    keep: int
+    append: np.ndarray
+    prompt_len: int
+    output_len: int
+    output: np.ndarray | None = None  # recorded output ids (int32), when the trace has them
+    after: tuple[CallRef, ...] = ()  # calls of other tasks that must finish first (sub-agent join)
+    at_s: float | None = None  # absolute arrival time for open-loop traces
+    tail_gap_s: float | None = None  # on a task's last call: time before its slot takes the next task
+    recorded: dict | None = None  # original timings: start_s, end_s, ttft_s (seconds)
+    ns: str | None = None  # block namespace (blocks traces); defaults to the task id
+    parent: CallRef | None = None  # the call of another task that spawned this task (first call only)
+    line: int = 0  # line in the source file, for messages
+
+    @property
+    def ref(self) -> CallRef:
+        return (self.task, self.index)
+
+
+@dataclass(frozen=True, eq=False)
+class Step:
+    """A call together with its expanded prompt and output ids (int32)."""
+
+    call: Call
+    prompt: np.ndarray
+    output: np.ndarray
+
+    @property
+    def context(self) -> np.ndarray:
+        return np.concatenate([self.prompt, self.output])
+
+
+class Trace:
+    """A validated trace: header, tasks in trace order, each an ordered list of calls."""
+
+    def __init__(self, header: TraceHeader, calls: list[Call], path: str | None = None):
+        self.header = header
+        self.path = path
+        self.calls = calls
+        self.tasks: dict[str, list[Call]] = {}
+        for c in calls:
+            self.tasks.setdefault(c.task, []).append(c)
+        self._by_ref = {c.ref: c for c in calls}
+
+    def __len__(self) -> int:
+        return len(self.calls)
+
+    @property
+    def task_ids(self) -> list[str]:
+        return list(self.tasks)
+
+    def call(self, ref: CallRef) -> Call:
+        return self._by_ref[ref]
+
+    @property
+    def root_task_ids(self) -> list[str]:
+        """Tasks a pool slot takes, in trace order: those not spawned by another task."""
+        return [t for t, cs in self.tasks.items() if cs[0].parent is None]
+
+    @property
+    def prompt_tokens(self) -> int:
+        return sum(c.prompt_len for c in self.calls)
+
+    @property
+    def output_tokens(self) -> int:
+        return sum(c.output_len for c in self.calls)
+
+    def output_ids(self, call: Call) -> np.ndarray:
+        """Recorded output ids, or deterministic stand-ins of the recorded length."""
+        if call.output is not None:
+            return call.output
+        return output_tokens(call.task, call.index, call.output_len, self.header.vocab_size)
+
+    def steps(self, task: str) -> Iterator[Step]:
+        """Expanded prompts of one task, in order, holding only the current context in memory."""
+        h = self.header
+        prev_prompt = np.empty(0, np.int32)
+        prev_out = np.empty(0, np.int32)
+        prev_blocks = np.empty(0, np.int64)
+        for c in self.tasks[task]:
+            if h.tokens == "ids":
+                ctx = np.concatenate([prev_prompt, prev_out]) if len(prev_out) else prev_prompt
+                prompt = np.concatenate([ctx[: c.keep], c.append.astype(np.int32, copy=False)])
+            else:
+                bs = int(h.block_size or 0)
+                blocks = np.concatenate([prev_blocks[: c.keep], c.append])
+                reuse = min(c.keep, len(prev_prompt) // bs)  # full blocks whose tokens we already have
+                fresh = block_tokens(c.ns or c.task, blocks[reuse:], bs, h.vocab_size)
+                prompt = np.concatenate([prev_prompt[: reuse * bs], fresh])[: c.prompt_len]
+                prev_blocks = blocks
+            out = self.output_ids(c)
+            yield Step(c, prompt, out)
+            prev_prompt, prev_out = prompt, out
+
+    def prompt(self, call: Call) -> np.ndarray:
+        """The exact prompt of one call (walks its task from the start; use `steps` for many)."""
+        for s in self.steps(call.task):
+            if s.call.index == call.index:
+                return s.prompt
+        raise KeyError(call.ref)

@@ -1,0 +1,49 @@
+"""Deterministic token ids for block-hash traces and for outputs recorded only by length.
+
+Token j of block b in namespace ns is splitmix64(seed(ns) ^ splitmix64(b) + j) mod vocab: equal
+block ids in one namespace give equal tokens (prefix sharing survives), and tokens of distinct
+namespaces or blocks differ except with probability about vocab**-block_size. No global state.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+
+__all__ = ["namespace_seed", "block_tokens", "output_tokens", "splitmix64"]
+
+_M1 = np.uint64(0xBF58476D1CE4E5B9)
+_M2 = np.uint64(0x94D049BB133111EB)
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+
+
+def splitmix64(x: np.ndarray) -> np.ndarray:
+    """Vectorized splitmix64 finalizer over uint64 (wrapping arithmetic)."""
+    with np.errstate(over="ignore"):
+        z = x.astype(np.uint64, copy=True) + _GOLDEN
+        z = (z ^ (z >> np.uint64(30))) * _M1
+        z = (z ^ (z >> np.uint64(27))) * _M2
+        return z ^ (z >> np.uint64(31))
+
+
+def namespace_seed(ns: str) -> np.uint64:
+    """Stable 64-bit seed of a namespace name (independent of PYTHONHASHSEED)."""
+    return np.uint64(int.from_bytes(hashlib.blake2b(ns.encode(), digest_size=8).digest(), "little"))
+
+
+def block_tokens(ns: str, block_ids: np.ndarray, block_size: int, vocab_size: int) -> np.ndarray:
+    """Token ids (int32) of consecutive blocks: len(block_ids) * block_size tokens."""
+    ids = np.asarray(block_ids, dtype=np.int64).astype(np.uint64)
+    base = splitmix64(ids) ^ namespace_seed(ns)
+    with np.errstate(over="ignore"):
+        grid = base[:, None] + np.arange(block_size, dtype=np.uint64)[None, :]
+    return (splitmix64(grid.ravel()) % np.uint64(vocab_size)).astype(np.int32)
+
+
+def output_tokens(task: str, index: int, n: int, vocab_size: int) -> np.ndarray:
+    """Stand-in output ids for a call whose trace records only the output length."""
+    base = namespace_seed(f"out\x00{task}\x00{index}")
+    with np.errstate(over="ignore"):
+        grid = base + np.arange(n, dtype=np.uint64)
+    return (splitmix64(grid) % np.uint64(vocab_size)).astype(np.int32)
