@@ -30,7 +30,7 @@ _register()
 def main(argv: list[str] | None = None) -> None:
     """Run the CLI; project errors print one line (no traceback) and set the exit code."""
     try:
-        cli.main(args=argv, prog_name="replay", standalone_mode=False)
+        rc = cli.main(args=argv, prog_name="replay", standalone_mode=False)
     except click.exceptions.Exit as e:
         sys.exit(e.exit_code)
     except click.ClickException as e:
@@ -45,6 +45,9 @@ def main(argv: list[str] | None = None) -> None:
     except ReplayError as e:
         click.echo(f"replay: {e}", err=True)
         sys.exit(e.exit_code)
+    # In non-standalone mode click returns an Exit's code instead of raising it.
+    if isinstance(rc, int) and rc:
+        sys.exit(rc)
 
 
 if __name__ == "__main__":

@@ -1,10 +1,127 @@
-"""`replay trace` subcommand (being built; see its issue)."""
+"""`replay trace validate|stats|import|synth`: thin wrappers over `replay.trace`."""
 
 from __future__ import annotations
 
+import sys
+
 import click
+import orjson
+
+from replay.errors import TraceError
+
+__all__ = ["command"]
 
 
 @click.group(name="trace")
 def command() -> None:
-    """(not built yet)"""
+    """Validate, summarize, import and synthesize traces (format v1, see traces/FORMAT.md)."""
+
+
+@command.command("validate")
+@click.argument("file", type=click.Path(dir_okay=False))
+def validate_cmd(file: str) -> None:
+    """Check FILE; print `FILE:LINE: field: why` and exit 2 if it is malformed."""
+    from replay.trace.io import read_trace
+
+    try:
+        trace = read_trace(file)
+    except TraceError as e:
+        click.echo(e.format())
+        # SystemExit, not click's Exit: the entry point runs click with standalone_mode=False,
+        # where click returns an Exit's code instead of exiting with it.
+        sys.exit(e.exit_code)
+    click.echo(f"{file}: ok: {len(trace.tasks)} tasks, {len(trace)} calls")
+
+
+def _fmt(v: object) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        return f"{v:,.4f}" if abs(v) < 10 else f"{v:,.1f}"
+    if isinstance(v, int):
+        return f"{v:,}"
+    return str(v)
+
+
+@command.command("stats")
+@click.argument("file", type=click.Path(dir_okay=False))
+@click.option("--json", "as_json", is_flag=True, help="print one JSON object")
+def stats_cmd(file: str, as_json: bool) -> None:
+    """Tasks, calls, token totals, prompt lengths, prefix reuse and gaps of FILE."""
+    from replay.trace.io import read_trace
+    from replay.trace.stats import trace_stats
+
+    stats = trace_stats(read_trace(file)).to_dict()
+    if as_json:
+        click.echo(orjson.dumps(stats).decode())
+        return
+    width = max(len(k) for k in stats)
+    for k, v in stats.items():
+        click.echo(f"{k:<{width}}  {_fmt(v)}")
+
+
+@command.command("import")
+@click.option(
+    "--from",
+    "kind",
+    required=True,
+    type=click.Choice(["efficientagent", "weka", "mooncake", "tokenlog"]),
+    help="source layout",
+)
+@click.argument("src", nargs=-1, required=True, type=click.Path(exists=True))
+@click.option("-o", "--out", required=True, type=click.Path(dir_okay=False), help="OUT.jsonl.gz")
+@click.option(
+    "--vocab-size",
+    type=click.IntRange(min=2),
+    default=None,
+    help="vocabulary of the target model (default: from the source, else 32000 / inferred)",
+)
+def import_cmd(kind: str, src: tuple[str, ...], out: str, vocab_size: int | None) -> None:
+    """Convert recorded traces (SRC files or directories) into one v1 trace file."""
+    from replay.trace.importers import import_trace
+    from replay.trace.io import write_trace
+
+    trace = import_trace(kind, list(src), vocab_size=vocab_size)
+    write_trace(trace, out)
+    click.echo(f"{out}: {len(trace.tasks)} tasks, {len(trace)} calls")
+
+
+@command.command("synth")
+@click.option("--preset", required=True, help="swe-agent, claude-code or explainer")
+@click.option("--tasks", type=int, default=None, help="root tasks (default: the preset's)")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("-o", "--out", required=True, type=click.Path(dir_okay=False), help="OUT.jsonl.gz")
+@click.option("--shared-head-tokens", type=click.IntRange(min=0), default=None)
+@click.option("--scale", type=float, default=1.0, show_default=True, help="multiply token lengths")
+@click.option("--max-prompt-tokens", type=int, default=None)
+@click.option("--max-calls-per-task", type=int, default=None)
+@click.option("--vocab-size", type=click.IntRange(min=2), default=32000, show_default=True)
+def synth_cmd(
+    preset: str,
+    tasks: int | None,
+    seed: int,
+    out: str,
+    shared_head_tokens: int | None,
+    scale: float,
+    max_prompt_tokens: int | None,
+    max_calls_per_task: int | None,
+    vocab_size: int,
+) -> None:
+    """Write a seeded synthetic trace calibrated to published agent statistics."""
+    from replay.trace.io import write_trace
+    from replay.trace.synth import synth
+
+    trace = synth(
+        preset,
+        tasks=tasks,
+        seed=seed,
+        shared_head_tokens=shared_head_tokens,
+        vocab_size=vocab_size,
+        scale=scale,
+        max_prompt_tokens=max_prompt_tokens,
+        max_calls_per_task=max_calls_per_task,
+    )
+    write_trace(trace, out)
+    click.echo(
+        f"{out}: {len(trace.tasks)} tasks, {len(trace)} calls, {trace.prompt_tokens:,} prompt tokens"
+    )

@@ -41,7 +41,8 @@ class ChunkKeyer:
         if reuse_keys is not None:
             n_reuse = min(reuse_tokens // c, len(reuse_keys), n_full)
         out = np.empty(n_full, dtype=np.int64)
-        out[:n_reuse] = reuse_keys[:n_reuse] if n_reuse else out[:0]
+        if n_reuse and reuse_keys is not None:
+            out[:n_reuse] = reuse_keys[:n_reuse]
         parent = int(out[n_reuse - 1]) if n_reuse else -1
         data = np.ascontiguousarray(tokens[n_reuse * c : n_full * c], dtype=np.int32).tobytes()
         ids = self._ids

@@ -13,7 +13,7 @@ from typing import Literal
 
 import numpy as np
 
-from replay.trace.tokens import block_tokens, output_tokens
+from replay.trace.tokens import block_tokens, output_tokens, tail_tokens
 
 __all__ = ["FORMAT_NAME", "FORMAT_VERSION", "TraceHeader", "Call", "Trace", "CallRef", "Step"]
 
@@ -44,7 +44,8 @@ class Call:
     ids traces: `keep` counts tokens of the previous context (prompt + output) kept as the prefix,
     `append` holds the new token ids (int32). blocks traces: `keep` counts blocks of the previous
     prompt's block list, `append` holds new block hash ids (int64), and `prompt_len` gives the exact
-    token length (the last block may be partial).
+    token length: the last block may be partial, or the blocks may stop short of `prompt_len`
+    by less than a block (an unhashed tail, filled with ids unique to this call).
     """
 
     task: str
@@ -57,10 +58,14 @@ class Call:
     output: np.ndarray | None = None  # recorded output ids (int32), when the trace has them
     after: tuple[CallRef, ...] = ()  # calls of other tasks that must finish first (sub-agent join)
     at_s: float | None = None  # absolute arrival time for open-loop traces
-    tail_gap_s: float | None = None  # on a task's last call: time before its slot takes the next task
+    tail_gap_s: float | None = (
+        None  # on a task's last call: time before its slot takes the next task
+    )
     recorded: dict | None = None  # original timings: start_s, end_s, ttft_s (seconds)
     ns: str | None = None  # block namespace (blocks traces); defaults to the task id
-    parent: CallRef | None = None  # the call of another task that spawned this task (first call only)
+    parent: CallRef | None = (
+        None  # the call of another task that spawned this task (first call only)
+    )
     line: int = 0  # line in the source file, for messages
 
     @property
@@ -135,9 +140,16 @@ class Trace:
             else:
                 bs = int(h.block_size or 0)
                 blocks = np.concatenate([prev_blocks[: c.keep], c.append])
-                reuse = min(c.keep, len(prev_prompt) // bs)  # full blocks whose tokens we already have
+                reuse = min(
+                    c.keep, len(prev_prompt) // bs
+                )  # full blocks whose tokens we already have
                 fresh = block_tokens(c.ns or c.task, blocks[reuse:], bs, h.vocab_size)
                 prompt = np.concatenate([prev_prompt[: reuse * bs], fresh])[: c.prompt_len]
+                if len(prompt) < c.prompt_len:  # unhashed tail shorter than a block
+                    tail = tail_tokens(
+                        c.ns or c.task, c.task, c.index, c.prompt_len - len(prompt), h.vocab_size
+                    )
+                    prompt = np.concatenate([prompt, tail])
                 prev_blocks = blocks
             out = self.output_ids(c)
             yield Step(c, prompt, out)

@@ -11,7 +11,13 @@ import hashlib
 
 import numpy as np
 
-__all__ = ["namespace_seed", "block_tokens", "output_tokens", "splitmix64"]
+__all__ = [
+    "namespace_seed",
+    "block_tokens",
+    "output_tokens",
+    "tail_tokens",
+    "splitmix64",
+]
 
 _M1 = np.uint64(0xBF58476D1CE4E5B9)
 _M2 = np.uint64(0x94D049BB133111EB)
@@ -44,6 +50,18 @@ def block_tokens(ns: str, block_ids: np.ndarray, block_size: int, vocab_size: in
 def output_tokens(task: str, index: int, n: int, vocab_size: int) -> np.ndarray:
     """Stand-in output ids for a call whose trace records only the output length."""
     base = namespace_seed(f"out\x00{task}\x00{index}")
+    with np.errstate(over="ignore"):
+        grid = base + np.arange(n, dtype=np.uint64)
+    return (splitmix64(grid) % np.uint64(vocab_size)).astype(np.int32)
+
+
+def tail_tokens(ns: str, task: str, index: int, n: int, vocab_size: int) -> np.ndarray:
+    """Ids of a blocks-trace prompt's unhashed tail (shorter than a block), unique to its call.
+
+    WEKA traces hash only full 64-token blocks; the remaining tokens of a prompt are known only
+    by count, so they are made distinct from every other call's.
+    """
+    base = namespace_seed(f"tail\x00{ns}\x00{task}\x00{index}")
     with np.errstate(over="ignore"):
         grid = base + np.arange(n, dtype=np.uint64)
     return (splitmix64(grid) % np.uint64(vocab_size)).astype(np.int32)

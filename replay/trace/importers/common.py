@@ -1,0 +1,83 @@
+"""Helpers shared by the importers: JSON loading with located errors, common prefixes."""
+
+from __future__ import annotations
+
+import gzip
+import os
+import zlib
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from replay.errors import TraceError
+
+__all__ = ["load_json", "iter_jsonl", "common_prefix", "expand_sources", "need", "DEFAULT_VOCAB"]
+
+DEFAULT_VOCAB = 32000
+
+
+def load_json(path: Path) -> Any:
+    """A whole JSON document; errors name the file."""
+    try:
+        return orjson.loads(path.read_bytes())
+    except OSError as e:
+        raise TraceError(str(path), None, None, f"cannot read: {e.strerror or e}") from None
+    except orjson.JSONDecodeError as e:
+        raise TraceError(str(path), e.lineno, None, f"invalid JSON: {e.msg}") from None
+
+
+def iter_jsonl(path: Path) -> Iterator[tuple[int, dict]]:
+    """(line number, object) of a plain or gzip JSON Lines file, skipping blank lines."""
+    file = str(path)
+    try:
+        with open(path, "rb") as raw:
+            magic = raw.read(2)
+            raw.seek(0)
+            f = gzip.GzipFile(fileobj=raw) if magic == b"\x1f\x8b" else raw
+            for lineno, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                try:
+                    obj = orjson.loads(line)
+                except orjson.JSONDecodeError as e:
+                    raise TraceError(file, lineno, None, f"invalid JSON: {e.msg}") from None
+                if not isinstance(obj, dict):
+                    raise TraceError(file, lineno, None, "line must be a JSON object")
+                yield lineno, obj
+    except (OSError, EOFError, zlib.error) as e:
+        raise TraceError(file, None, None, f"cannot read: {e}") from None
+
+
+def need(obj: dict, key: str, kinds: type | tuple[type, ...], file: str, line: int | None) -> Any:
+    """obj[key], checked against `kinds` (bool never counts as a number)."""
+    v = obj.get(key)
+    if v is None:
+        raise TraceError(file, line, key, "missing")
+    if isinstance(v, bool) or not isinstance(v, kinds):
+        raise TraceError(file, line, key, f"has the wrong type ({type(v).__name__})")
+    return v
+
+
+def common_prefix(a: Sequence, b: Sequence) -> int:
+    """Length of the common prefix of two sequences."""
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
+def expand_sources(sources: Sequence[str | os.PathLike], pattern: str) -> list[Path]:
+    """Files named directly, plus files matching `pattern` inside named directories (sorted)."""
+    out: list[Path] = []
+    for s in sources:
+        p = Path(s)
+        if p.is_dir():
+            out.extend(sorted(p.glob(pattern)))
+        elif p.exists():
+            out.append(p)
+        else:
+            raise TraceError(str(p), None, None, "no such file or directory")
+    return out

@@ -1,0 +1,166 @@
+"""EfficientAgent `replay_trace.v1` directories -> v1 ids trace.
+
+Layout: `trace_manifest.json` plus one `*.jsonl.gz` per task. A task file's first line is its
+header (`instance_id`, `order`, `tail_gap_s`, `recorded_jct_s`); each further line is a call
+(`seq`, `gap_before_s`, `prompt_shared` = tokens kept from the previous *prompt*,
+`prompt_suffix` ids, `prompt_len`, `output` ids, `output_len`). Our `keep` counts tokens of the
+previous *context* (prompt + output), so when a call keeps the whole previous prompt and its
+suffix starts with the previous output, those output tokens move into `keep`: same prompt,
+smaller delta. Tasks are ordered by `order`, then `instance_id`.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+
+from replay.errors import TraceError
+from replay.trace.importers.common import expand_sources, iter_jsonl, load_json
+from replay.trace.model import Call, Trace, TraceHeader
+from replay.trace.stats import common_prefix_len
+
+__all__ = ["import_efficientagent", "MANIFEST_NAME"]
+
+MANIFEST_NAME = "trace_manifest.json"
+
+
+def _ids(obj: dict, key: str, file: str, line: int) -> np.ndarray:
+    v = obj.get(key)
+    if not isinstance(v, list):
+        raise TraceError(file, line, key, "missing or not an array of token ids")
+    if not v:
+        return np.empty(0, np.int32)
+    arr = np.asarray(v)
+    if arr.ndim != 1 or arr.dtype.kind not in "iu" or int(arr.min()) < 0 or int(arr.max()) >= 2**31:
+        raise TraceError(file, line, key, "must be an array of non-negative 32-bit token ids")
+    return arr.astype(np.int32)
+
+
+def _nonneg_int(obj: dict, key: str, file: str, line: int) -> int:
+    v = obj.get(key)
+    if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+        raise TraceError(file, line, key, "missing or not a non-negative integer")
+    return v
+
+
+def _seconds(obj: dict, key: str, file: str, line: int, required: bool = True) -> float | None:
+    v = obj.get(key)
+    if v is None and not required:
+        return None
+    if isinstance(v, bool) or not isinstance(v, int | float) or not v >= 0:
+        raise TraceError(file, line, key, "missing or not a number of seconds >= 0")
+    return float(v)
+
+
+def _task(path: Path) -> tuple[tuple[float, str], list[Call]]:
+    file = str(path)
+    rows = iter_jsonl(path)
+    first = next(rows, None)
+    if first is None:
+        raise TraceError(file, 1, None, "empty task file")
+    lineno, head = first
+    if not isinstance(head.get("instance_id"), str):
+        raise TraceError(file, lineno, "instance_id", "missing: the first line is the task header")
+    task = head["instance_id"]
+    order = head.get("order", 0)
+    if isinstance(order, bool) or not isinstance(order, int | float):
+        raise TraceError(file, lineno, "order", "must be a number")
+    tail_gap = _seconds(head, "tail_gap_s", file, lineno, required=False)
+    jct = _seconds(head, "recorded_jct_s", file, lineno, required=False)
+    calls: list[Call] = []
+    prev_prompt = np.empty(0, np.int32)
+    prev_out = np.empty(0, np.int32)
+    last_seq = -1
+    for lineno, row in rows:
+        seq = _nonneg_int(row, "seq", file, lineno)
+        index = len(calls)
+        if seq <= last_seq:
+            raise TraceError(file, lineno, "seq", f"{seq} does not increase (previous {last_seq})")
+        last_seq = seq
+        shared = _nonneg_int(row, "prompt_shared", file, lineno)
+        if shared > len(prev_prompt):
+            raise TraceError(
+                file, lineno, "prompt_shared", f"{shared} > previous prompt {len(prev_prompt)}"
+            )
+        suffix = _ids(row, "prompt_suffix", file, lineno)
+        prompt_len = _nonneg_int(row, "prompt_len", file, lineno)
+        if prompt_len != shared + len(suffix):
+            raise TraceError(
+                file, lineno, "prompt_len", f"{prompt_len} != prompt_shared + len(prompt_suffix)"
+            )
+        output = _ids(row, "output", file, lineno)
+        output_len = row.get("output_len", len(output))
+        if output_len != len(output):
+            raise TraceError(file, lineno, "output_len", f"{output_len} != len(output)")
+        keep, append = shared, suffix
+        if shared == len(prev_prompt) and len(prev_out):
+            extra = common_prefix_len(suffix, prev_out)
+            keep, append = shared + extra, suffix[extra:]
+        calls.append(
+            Call(
+                task=task,
+                index=index,
+                gap_s=float(_seconds(row, "gap_before_s", file, lineno) or 0.0),
+                keep=keep,
+                append=append,
+                prompt_len=prompt_len,
+                output_len=len(output),
+                output=output,
+                line=lineno,
+            )
+        )
+        prev_prompt = np.concatenate([prev_prompt[:shared], suffix])
+        prev_out = output
+    if not calls:
+        raise TraceError(file, None, None, "task has a header but no calls")
+    if tail_gap is not None or jct is not None:
+        rec = {"task_jct_s": jct} if jct is not None else None
+        calls[-1] = replace(calls[-1], tail_gap_s=tail_gap, recorded=rec)
+    return (float(order), task), calls
+
+
+def import_efficientagent(
+    sources: Sequence[str | os.PathLike], vocab_size: int | None = None
+) -> Trace:
+    """Import `replay_trace.v1` directories (or task files) into one ids trace."""
+    manifest: dict = {}
+    for s in sources:
+        m = Path(s) / MANIFEST_NAME
+        if m.is_file():
+            data = load_json(m)
+            if not isinstance(data, dict):
+                raise TraceError(str(m), None, None, "the manifest must be a JSON object")
+            manifest = {**data, **manifest}
+    files = expand_sources(sources, "*.jsonl.gz")
+    if not files:
+        raise TraceError(", ".join(map(str, sources)), None, None, "no task *.jsonl.gz files")
+    tasks = sorted((_task(p) for p in files), key=lambda kv: kv[0])
+    calls = [c for _, cs in tasks for c in cs]
+    seen: set[str] = set()
+    for (_, task), _cs in tasks:
+        if task in seen:
+            raise TraceError(", ".join(map(str, sources)), None, "instance_id", f"{task!r} twice")
+        seen.add(task)
+    max_id = max(
+        [int(c.append.max()) for c in calls if len(c.append)]
+        + [int(c.output.max()) for c in calls if c.output is not None and len(c.output)]
+        + [0]
+    )
+    vocab = vocab_size or manifest.get("vocab_size") or max_id + 1
+    if not isinstance(vocab, int) or vocab <= max_id:
+        raise TraceError(
+            MANIFEST_NAME, None, "vocab_size", f"{vocab} does not cover token id {max_id}"
+        )
+    model = manifest.get("model") if isinstance(manifest.get("model"), str) else None
+    header = TraceHeader(
+        tokens="ids",
+        vocab_size=vocab,
+        model=model,
+        source="efficientagent",
+        meta={k: v for k, v in manifest.items() if k in ("format", "tokenizer", "dataset")},
+    )
+    return Trace(header, calls)

@@ -1,0 +1,78 @@
+"""Mooncake request traces (JSON Lines, 512-token hash blocks) -> v1 open-loop blocks trace.
+
+Each request becomes its own single-call task with its arrival `timestamp` (ms) as `at_s`;
+hash ids share one namespace per file (equal ids mean equal prefix content across requests).
+Several files keep their own namespaces and their own time origins.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+
+import numpy as np
+
+from replay.errors import TraceError
+from replay.trace.importers.common import DEFAULT_VOCAB, expand_sources, iter_jsonl
+from replay.trace.model import Call, Trace, TraceHeader
+
+__all__ = ["import_mooncake", "MOONCAKE_BLOCK_SIZE"]
+
+MOONCAKE_BLOCK_SIZE = 512
+
+
+def _int(obj: dict, key: str, file: str, line: int) -> int:
+    v = obj.get(key)
+    if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+        raise TraceError(file, line, key, "missing or not a non-negative integer")
+    return v
+
+
+def import_mooncake(sources: Sequence[str | os.PathLike], vocab_size: int | None = None) -> Trace:
+    """Import Mooncake JSONL files (or directories of `*.jsonl`) into one open-loop trace."""
+    files = expand_sources(sources, "*.jsonl")
+    if not files:
+        raise TraceError(", ".join(map(str, sources)), None, None, "no Mooncake *.jsonl files")
+    bs = MOONCAKE_BLOCK_SIZE
+    calls: list[Call] = []
+    for path in files:
+        file = str(path)
+        ns = f"mooncake:{path.stem}"
+        for lineno, obj in iter_jsonl(path):
+            ts = obj.get("timestamp")
+            if isinstance(ts, bool) or not isinstance(ts, int | float) or ts < 0:
+                raise TraceError(file, lineno, "timestamp", "missing or not a number >= 0 (ms)")
+            n_in = _int(obj, "input_length", file, lineno)
+            n_out = _int(obj, "output_length", file, lineno)
+            hashes = obj.get("hash_ids")
+            if not isinstance(hashes, list):
+                raise TraceError(file, lineno, "hash_ids", "missing or not an array")
+            try:
+                blocks = np.asarray(hashes, dtype=np.int64)
+            except (TypeError, ValueError, OverflowError):
+                raise TraceError(file, lineno, "hash_ids", "must be integers") from None
+            if not (len(blocks) - 1) * bs < n_in < (len(blocks) + 1) * bs:
+                raise TraceError(
+                    file, lineno, "hash_ids", f"{len(blocks)} blocks do not cover {n_in} tokens"
+                )
+            calls.append(
+                Call(
+                    task=f"{path.stem}-{lineno:06d}",
+                    index=0,
+                    gap_s=0.0,
+                    keep=0,
+                    append=blocks,
+                    prompt_len=n_in,
+                    output_len=n_out,
+                    at_s=ts / 1000.0,
+                    ns=ns,
+                )
+            )
+    header = TraceHeader(
+        tokens="blocks",
+        vocab_size=vocab_size or DEFAULT_VOCAB,
+        block_size=bs,
+        source="mooncake",
+        meta={"files": [p.name for p in files], "open_loop": True},
+    )
+    return Trace(header, calls)

@@ -1,0 +1,228 @@
+"""WEKA / AgentX Claude Code traces (kv-cache-tester JSON) -> v1 blocks trace.
+
+One JSON file per conversation: requests carry 64-token block hash ids (`hash_ids`, one per *full*
+block: a prompt's last `in % 64` tokens are unhashed), `think_time`, `api_time` and `t`;
+sub-agent entries carry their own requests. Timing semantics (verified on the sample set and
+documented in traces/FORMAT.md):
+
+- a request starts at `t` (seconds since the conversation start) and ends at `t + api_time`;
+- a sub-agent entry's `t` is when it *finished*; it started `duration_ms` earlier, and its
+  requests' `t` count from that start;
+- a sub-agent is spawned by the last parent call that ended by its start (1 s tolerance, since
+  parent `t` is rounded to whole seconds) and joined by the parent's next call if that call
+  started after the sub-agent finished (the parent waited); otherwise it ran detached;
+- `gap_s` is `think_time` for ordinary calls; for a call that joins sub-agents it is the time from
+  the last joined sub-agent's end to the call's start; for a sub-agent's first call it is the time
+  from the spawning call's end to its start.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import numpy as np
+
+from replay.errors import TraceError
+from replay.trace.importers.common import DEFAULT_VOCAB, common_prefix, expand_sources, load_json
+from replay.trace.model import Call, CallRef, Trace, TraceHeader
+
+__all__ = ["import_weka"]
+
+_TOL_S = 1.0  # parent request times are whole seconds; sub-agent times are not
+
+
+@dataclass
+class _Req:
+    start_s: float  # conversation-relative
+    end_s: float
+    think_s: float | None
+    in_tokens: int
+    out_tokens: int
+    hash_ids: list[int]
+    ttft_s: float | None
+    where: str
+
+
+@dataclass
+class _Sub:
+    agent_id: str
+    start_s: float
+    end_s: float
+    reqs: list[_Req]
+    spawn: int | None = None  # parent call index
+    join: int | None = None
+
+
+def _num(v: object) -> float | None:
+    if v is None or isinstance(v, bool) or not isinstance(v, int | float):
+        return None
+    return float(v)
+
+
+def _req(r: dict, offset_s: float, file: str, where: str, block_size: int) -> _Req:
+    def bad(key: str, why: str) -> TraceError:
+        return TraceError(file, None, f"{where}.{key}", why)
+
+    t = _num(r.get("t"))
+    if t is None:
+        raise bad("t", "missing or not a number")
+    n_in, n_out = r.get("in"), r.get("out")
+    for key, v in (("in", n_in), ("out", n_out)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+            raise bad(key, "must be a non-negative integer")
+    hashes = r.get("hash_ids")
+    if not isinstance(hashes, list) or not all(
+        isinstance(h, int) and not isinstance(h, bool) for h in hashes
+    ):
+        raise bad("hash_ids", "must be an array of integers")
+    assert isinstance(n_in, int) and isinstance(n_out, int)
+    if not (len(hashes) - 1) * block_size < n_in < (len(hashes) + 1) * block_size:
+        raise bad("hash_ids", f"{len(hashes)} blocks of {block_size} do not cover in={n_in}")
+    api = _num(r.get("api_time"))
+    start = offset_s + t
+    return _Req(
+        start_s=start,
+        end_s=start + (api if api is not None else 0.0),
+        think_s=_num(r.get("think_time")),
+        in_tokens=n_in,
+        out_tokens=n_out,
+        hash_ids=hashes,
+        ttft_s=_num(r.get("ttft")),
+        where=where,
+    )
+
+
+def _calls(
+    task: str, ns: str, reqs: list[_Req], first_gap_s: float | None, parent: CallRef | None
+) -> list[Call]:
+    out: list[Call] = []
+    prev: _Req | None = None
+    for i, r in enumerate(reqs):
+        keep = common_prefix(prev.hash_ids, r.hash_ids) if prev is not None else 0
+        if i == 0:
+            gap = first_gap_s if first_gap_s is not None else (r.think_s or 0.0)
+        elif r.think_s is not None:
+            gap = r.think_s
+        else:
+            assert prev is not None
+            gap = r.start_s - prev.end_s
+        recorded = {"start_s": round(r.start_s, 6), "end_s": round(r.end_s, 6)}
+        if r.ttft_s is not None:
+            recorded["ttft_s"] = r.ttft_s
+        out.append(
+            Call(
+                task=task,
+                index=i,
+                gap_s=max(0.0, round(gap, 6)),
+                keep=keep,
+                append=np.asarray(r.hash_ids[keep:], dtype=np.int64),
+                prompt_len=r.in_tokens,
+                output_len=r.out_tokens,
+                parent=parent if i == 0 else None,
+                recorded=recorded,
+                ns=ns,
+            )
+        )
+        prev = r
+    return out
+
+
+def _conversation(path: Path, data: dict, task: str, block_size: int) -> list[Call]:
+    file = str(path)
+    reqs = data.get("requests")
+    if not isinstance(reqs, list):
+        raise TraceError(file, None, "requests", "missing or not an array")
+    ns = task if data.get("hash_id_scope", "local") == "local" else "weka"
+    parent_reqs: list[_Req] = []
+    subs: list[_Sub] = []
+    for i, r in enumerate(reqs):
+        where = f"requests[{i}]"
+        if not isinstance(r, dict):
+            raise TraceError(file, None, where, "must be an object")
+        if r.get("type") != "subagent":
+            parent_reqs.append(_req(r, 0.0, file, where, block_size))
+            continue
+        t_end = _num(r.get("t"))
+        if t_end is None:
+            raise TraceError(file, None, f"{where}.t", "missing or not a number")
+        inner = r.get("requests")
+        if not isinstance(inner, list) or not inner:
+            raise TraceError(file, None, f"{where}.requests", "missing or empty")
+        dur_ms = _num(r.get("duration_ms"))
+        # Without duration_ms, take `t` as the start and its requests' span as the duration.
+        start = t_end - dur_ms / 1000.0 if dur_ms is not None else t_end
+        sub_reqs = [
+            _req(q, start, file, f"{where}.requests[{j}]", block_size) for j, q in enumerate(inner)
+        ]
+        end = t_end if dur_ms is not None else max(q.end_s for q in sub_reqs)
+        agent = str(r.get("agent_id") or f"agent_{len(subs) + 1:03d}")
+        subs.append(_Sub(agent, start, end, sub_reqs))
+    if not parent_reqs:
+        raise TraceError(file, None, "requests", "no parent requests")
+    for s in subs:
+        ended = [i for i, p in enumerate(parent_reqs) if p.end_s <= s.start_s + _TOL_S]
+        started = [i for i, p in enumerate(parent_reqs) if p.start_s <= s.start_s]
+        s.spawn = ended[-1] if ended else (started[-1] if started else None)
+        if s.spawn is not None and s.spawn + 1 < len(parent_reqs):
+            nxt = s.spawn + 1
+            if parent_reqs[nxt].start_s >= s.end_s - _TOL_S:  # the parent waited for it
+                s.join = nxt
+    calls = _calls(task, ns, parent_reqs, None, None)
+    sub_calls: list[Call] = []
+    joins: dict[int, list[tuple[CallRef, float]]] = {}
+    for s in subs:
+        sub_task = f"{task}/{s.agent_id}"
+        parent_ref = (task, s.spawn) if s.spawn is not None else None
+        first_gap = None
+        if s.spawn is not None:
+            first_gap = s.reqs[0].start_s - parent_reqs[s.spawn].end_s
+        sc = _calls(sub_task, ns, s.reqs, first_gap, parent_ref)
+        sub_calls.extend(sc)
+        if s.join is not None:
+            joins.setdefault(s.join, []).append(((sub_task, sc[-1].index), s.end_s))
+    for j, deps in joins.items():
+        dep_end = max(end for _, end in deps)
+        gap = min(calls[j].gap_s, max(0.0, parent_reqs[j].start_s - dep_end))
+        calls[j] = replace(calls[j], after=tuple(ref for ref, _ in deps), gap_s=round(gap, 6))
+    return calls + sub_calls
+
+
+def import_weka(sources: Sequence[str | os.PathLike], vocab_size: int | None = None) -> Trace:
+    """Import WEKA conversation files (or directories of `*.json`) into one blocks trace."""
+    files = [p for p in expand_sources(sources, "*.json") if p.name != "LICENSE"]
+    if not files:
+        raise TraceError(", ".join(map(str, sources)), None, None, "no WEKA *.json files found")
+    block_size: int | None = None
+    calls: list[Call] = []
+    seen: set[str] = set()
+    models: set[str] = set()
+    for path in files:
+        data = load_json(path)
+        if not isinstance(data, dict):
+            raise TraceError(str(path), None, None, "a WEKA trace is one JSON object")
+        bs = data.get("block_size")
+        if isinstance(bs, bool) or not isinstance(bs, int) or bs <= 0:
+            raise TraceError(str(path), None, "block_size", "missing or not a positive integer")
+        if block_size is None:
+            block_size = bs
+        elif bs != block_size:
+            raise TraceError(str(path), None, "block_size", f"{bs} differs from {block_size}")
+        task = str(data.get("id") or path.stem)
+        if task in seen:
+            task = f"{task}@{path.stem}"
+        seen.add(task)
+        for r in data.get("requests") or ():
+            if isinstance(r, dict) and isinstance(r.get("model"), str):
+                models.add(r["model"])
+        calls.extend(_conversation(path, data, task, bs))
+    header = TraceHeader(
+        tokens="blocks",
+        vocab_size=vocab_size or DEFAULT_VOCAB,
+        block_size=block_size,
+        source="weka",
+        meta={"files": [p.name for p in files], "models": sorted(models)},
+    )
+    return Trace(header, calls)

@@ -1,0 +1,372 @@
+"""Seeded synthetic agent traces (token ids) with presets calibrated to published statistics.
+
+A task's first prompt is an optional shared head (tools + system prompt, equal across tasks) plus
+task-specific tokens; every later call keeps the whole previous context (prompt + output) and
+appends a tool result, so a prompt is stored as the few tokens it adds. A task ends at its drawn
+call count or before a prompt would exceed the context limit. Each task draws from its own
+`numpy.random.Generator` seeded by (seed, task number): a trace with more tasks starts with the
+same tasks as one with fewer.
+
+Knobs for small test traces: `scale` multiplies every token length (0.02 turns a 33K-token mean
+prompt into ~700 tokens), `max_prompt_tokens` caps every prompt (tasks end early), and
+`max_calls_per_task` caps calls per task. Example, a few thousand tokens per call:
+
+    synth("swe-agent", tasks=4, seed=1, scale=0.05, max_calls_per_task=6)
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from statistics import NormalDist
+
+import numpy as np
+
+from replay.errors import ConfigError
+from replay.trace.model import Call, Trace, TraceHeader
+
+__all__ = ["LogNormal", "SynthPreset", "PRESETS", "synth", "get_preset"]
+
+_GOLDEN = (math.sqrt(5) - 1) / 2
+_HEAD_STREAM = 0x4EAD  # seed-sequence key of the shared head, apart from task streams
+_SUB_HEAD_STREAM = 0x5B4EAD
+
+
+@dataclass(frozen=True)
+class LogNormal:
+    """A log-normal draw given by its median and log-space sigma, clipped to [lo, hi]."""
+
+    median: float
+    sigma: float
+    lo: float
+    hi: float
+
+    def __post_init__(self) -> None:
+        if not (self.median > 0 and self.sigma >= 0 and 0 <= self.lo <= self.hi):
+            raise ConfigError("synth preset", "distribution", f"invalid {self!r}")
+
+    def draw(self, rng: np.random.Generator, n: int | None = None, scale: float = 1.0):
+        """`n` draws as an array (or one float when `n` is None), times `scale`."""
+        raw: np.ndarray | float
+        if self.sigma:
+            raw = rng.lognormal(math.log(self.median), self.sigma, n)
+        else:
+            raw = np.full(n, self.median) if n is not None else self.median
+        x = np.clip(np.asarray(raw, dtype=np.float64) * scale, self.lo * scale, self.hi * scale)
+        return x if n is not None else float(x)
+
+    def quantile(self, u: float, scale: float = 1.0) -> float:
+        """The value at cumulative probability `u` (0 < u < 1), clipped like `draw`."""
+        x = math.exp(math.log(self.median) + self.sigma * NormalDist().inv_cdf(u))
+        return min(max(x * scale, self.lo * scale), self.hi * scale)
+
+
+@dataclass(frozen=True)
+class SynthPreset:
+    """How one kind of agent behaves; token lengths before `scale`, times in seconds."""
+
+    name: str
+    description: str
+    sources: tuple[str, ...]
+    default_tasks: int
+    calls_per_task: LogNormal
+    first_prompt_tokens: LogNormal  # includes the shared head
+    tool_result_tokens: LogNormal  # appended per turn after the previous output
+    output_tokens: LogNormal
+    gap_s: LogNormal  # tool run + agent work before a call
+    max_context_tokens: int  # a task ends before a prompt + output would exceed this
+    shared_head_tokens: int = 0
+    first_gap_s: float = 0.0
+    subagent_prob: float = 0.0  # chance that a task spawns a group of sub-agents once
+    subagents_per_spawn: tuple[int, int] = (1, 3)
+    subagent_calls: LogNormal | None = None
+    subagent_first_prompt_tokens: LogNormal | None = None
+    subagent_head_tokens: int = 0  # shared by every sub-agent of the trace
+    meta: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.default_tasks <= 0 or self.max_context_tokens <= 0 or self.shared_head_tokens < 0:
+            raise ConfigError(f"synth preset {self.name}", None, "sizes must be positive")
+        if not 0 <= self.subagent_prob <= 1:
+            raise ConfigError(f"synth preset {self.name}", "subagent_prob", "must be in [0, 1]")
+
+
+PRESETS: dict[str, SynthPreset] = {
+    "swe-agent": SynthPreset(
+        name="swe-agent",
+        description="SWE-bench coding agent (EfficientAgent study): ~4.4K calls, ~147M prompt "
+        "tokens at 100 tasks; contexts from a few K to ~238K; ~97-98% of a prompt already seen.",
+        sources=(
+            "EfficientAgent study, SWE-bench trajectories: 4,427 calls, 147M prompt tokens, mean "
+            "prompt ~33K, contexts up to ~238K, 97-98% prompt reuse between consecutive calls",
+            "SWE-agent: tool runs (edit, test, search) take seconds to tens of seconds",
+        ),
+        default_tasks=100,
+        calls_per_task=LogNormal(median=39, sigma=0.5, lo=8, hi=220),
+        first_prompt_tokens=LogNormal(median=6500, sigma=0.35, lo=2500, hi=20000),
+        tool_result_tokens=LogNormal(median=300, sigma=1.2, lo=20, hi=30000),
+        output_tokens=LogNormal(median=260, sigma=0.6, lo=20, hi=4000),
+        gap_s=LogNormal(median=6.0, sigma=0.9, lo=0.3, hi=120.0),
+        max_context_tokens=238_000,
+    ),
+    "claude-code": SynthPreset(
+        name="claude-code",
+        description="Claude Code sessions matched to the WEKA/AgentX statistics: median 48 "
+        "requests, start ~24.8K, end ~137.5K input tokens, output P50 218, think time P50 10 s, "
+        "a shared ~15K-token tools+system head, occasional parallel sub-agents.",
+        sources=(
+            "WEKA kv-cache-tester Claude Code traces (739 traces, 59,204 requests): requests per "
+            "trace median 48; starting input median 24,775; ending input median 137,529; output "
+            "per request P50 218; think time median 10 s; hash-id overlap median 96%; tools + "
+            "system median ~15K tokens (../shared/traces/README.md)",
+            "sub-agents (Explore/Plan) in about a quarter of the sample traces, 2-17 requests, "
+            "~8.4K-token own tools+system head",
+        ),
+        default_tasks=50,
+        calls_per_task=LogNormal(median=48, sigma=0.8, lo=3, hi=300),
+        first_prompt_tokens=LogNormal(median=24_775, sigma=0.45, lo=15_500, hi=120_000),
+        tool_result_tokens=LogNormal(median=760, sigma=1.3, lo=10, hi=60_000),
+        output_tokens=LogNormal(median=218, sigma=1.0, lo=1, hi=16_000),
+        gap_s=LogNormal(median=10.0, sigma=1.1, lo=0.5, hi=900.0),
+        max_context_tokens=200_000,
+        shared_head_tokens=15_000,
+        subagent_prob=0.25,
+        subagents_per_spawn=(1, 3),
+        subagent_calls=LogNormal(median=8, sigma=0.6, lo=2, hi=20),
+        subagent_first_prompt_tokens=LogNormal(median=11_700, sigma=0.1, lo=9_000, hi=16_000),
+        subagent_head_tokens=8_400,
+    ),
+    "explainer": SynthPreset(
+        name="explainer",
+        description="Long conversations: start near 88K tokens, +413 output +~1K tool result a "
+        "turn, short enough that five sessions still fit 180 GB of KV at 320 KiB/token at the end.",
+        sources=(
+            "KV-tier explainer: 180 GB holds five 88K-token sessions through a whole conversation "
+            "at 320 KiB per token (180e9 / 5 / 327,680 = 109,863 tokens per session at its end); "
+            "413 output tokens and ~1K tool-result tokens a turn",
+        ),
+        default_tasks=5,
+        calls_per_task=LogNormal(median=15, sigma=0.0, lo=15, hi=15),
+        first_prompt_tokens=LogNormal(median=88_000, sigma=0.01, lo=87_000, hi=89_000),
+        tool_result_tokens=LogNormal(median=1000, sigma=0.3, lo=300, hi=1500),
+        output_tokens=LogNormal(median=413, sigma=0.0, lo=413, hi=413),
+        gap_s=LogNormal(median=5.0, sigma=0.8, lo=0.5, hi=60.0),
+        max_context_tokens=109_863,
+    ),
+}
+
+
+def get_preset(name: str) -> SynthPreset:
+    """The preset called `name`; an unknown name raises ConfigError listing the valid ones."""
+    try:
+        return PRESETS[name]
+    except KeyError:
+        raise ConfigError(
+            "synth", "preset", f"unknown preset {name!r}; valid: {', '.join(sorted(PRESETS))}"
+        ) from None
+
+
+def _rng(seed: int, *stream: int) -> np.random.Generator:
+    return np.random.default_rng(np.random.SeedSequence([seed, *stream]))
+
+
+def _lengths(
+    p: SynthPreset,
+    rng: np.random.Generator,
+    calls: LogNormal,
+    first: LogNormal,
+    head: int,
+    scale: float,
+    max_ctx: int,
+    max_calls: int | None,
+    calls_u: float | None = None,
+) -> tuple[list[int], list[int], list[int]]:
+    """Prompt lengths, appended lengths and output lengths of one task's calls.
+
+    `calls_u` in (0, 1) picks the task's call count as a quantile: root tasks take successive
+    points of a golden-ratio sequence, so any number of tasks covers the distribution evenly and
+    a trace's totals (which grow with the square of calls per task) vary little between seeds.
+    """
+    n = int(round(calls.quantile(calls_u) if calls_u is not None else calls.draw(rng)))
+    if max_calls is not None:
+        n = min(n, max_calls)
+    n = max(n, 1)
+    outs = np.maximum(1, np.rint(p.output_tokens.draw(rng, n, scale))).astype(int)
+    tools = np.maximum(1, np.rint(p.tool_result_tokens.draw(rng, n, scale))).astype(int)
+    first_len = int(round(first.draw(rng, scale=scale)))
+    first_len = max(first_len, head + max(1, int(32 * scale)))
+    first_len = min(first_len, max(1, max_ctx - int(outs[0])))
+    prompts, appends, outputs = [first_len], [first_len], [int(outs[0])]
+    for i in range(1, n):
+        nxt = prompts[-1] + outputs[-1] + int(tools[i])
+        if nxt + int(outs[i]) > max_ctx:
+            break
+        prompts.append(nxt)
+        appends.append(int(tools[i]))
+        outputs.append(int(outs[i]))
+    return prompts, appends, outputs
+
+
+def _task_calls(
+    task: str,
+    prompts: list[int],
+    appends: list[int],
+    outputs: list[int],
+    gaps: np.ndarray,
+    head: np.ndarray,
+    rng: np.random.Generator,
+    vocab_size: int,
+    first_gap_s: float,
+) -> list[Call]:
+    calls = []
+    for i, (plen, alen, olen) in enumerate(zip(prompts, appends, outputs, strict=True)):
+        if i == 0:
+            own = rng.integers(0, vocab_size, plen - len(head), dtype=np.int32)
+            append = np.concatenate([head, own]) if len(head) else own
+            keep = 0
+        else:
+            append = rng.integers(0, vocab_size, alen, dtype=np.int32)
+            keep = prompts[i - 1] + outputs[i - 1]
+        calls.append(
+            Call(
+                task=task,
+                index=i,
+                gap_s=first_gap_s if i == 0 else round(float(gaps[i]), 3),
+                keep=keep,
+                append=append,
+                prompt_len=plen,
+                output_len=olen,
+            )
+        )
+    return calls
+
+
+def synth(
+    preset: str,
+    tasks: int | None = None,
+    seed: int = 0,
+    shared_head_tokens: int | None = None,
+    vocab_size: int = 32000,
+    *,
+    scale: float = 1.0,
+    max_prompt_tokens: int | None = None,
+    max_calls_per_task: int | None = None,
+    model: str | None = None,
+) -> Trace:
+    """A deterministic synthetic trace of `tasks` root tasks (default: the preset's).
+
+    `shared_head_tokens` overrides the preset's shared head (0 = none; the value is used as is,
+    not scaled). `scale`, `max_prompt_tokens`, `max_calls_per_task`: see the module docstring.
+    Sub-agent tasks (claude-code) follow their parent task and are not counted in `tasks`.
+    """
+    p = get_preset(preset)
+    n_tasks = p.default_tasks if tasks is None else tasks
+    if n_tasks <= 0:
+        raise ConfigError("synth", "tasks", f"must be positive, got {n_tasks}")
+    if not (scale > 0 and math.isfinite(scale)):
+        raise ConfigError("synth", "scale", f"must be a positive number, got {scale}")
+    if vocab_size < 2:
+        raise ConfigError("synth", "vocab_size", f"must be >= 2, got {vocab_size}")
+    if max_prompt_tokens is not None and max_prompt_tokens < 2:
+        raise ConfigError("synth", "max_prompt_tokens", f"must be >= 2, got {max_prompt_tokens}")
+    if max_calls_per_task is not None and max_calls_per_task < 1:
+        raise ConfigError("synth", "max_calls_per_task", f"must be >= 1, got {max_calls_per_task}")
+    head_len = int(round(p.shared_head_tokens * scale))
+    if shared_head_tokens is not None:
+        if shared_head_tokens < 0:
+            raise ConfigError("synth", "shared_head_tokens", "must be >= 0")
+        head_len = shared_head_tokens
+    max_ctx = max(2, int(p.max_context_tokens * scale))
+    if max_prompt_tokens is not None:
+        max_ctx = min(max_ctx, max_prompt_tokens)
+    head_len = min(head_len, max_ctx // 2)
+    head = _rng(seed, _HEAD_STREAM).integers(0, vocab_size, head_len, dtype=np.int32)
+    sub_head_len = min(int(round(p.subagent_head_tokens * scale)), max_ctx // 2)
+    sub_head = _rng(seed, _SUB_HEAD_STREAM).integers(0, vocab_size, sub_head_len, dtype=np.int32)
+
+    all_calls: list[Call] = []
+    u0 = float(_rng(seed, _HEAD_STREAM, 1).random())
+    for t in range(n_tasks):
+        rng = _rng(seed, t)
+        calls_u = min(max((u0 + t * _GOLDEN) % 1.0, 1e-6), 1 - 1e-6)
+        task = f"{p.name}-{t:04d}"
+        prompts, appends, outputs = _lengths(
+            p,
+            rng,
+            p.calls_per_task,
+            p.first_prompt_tokens,
+            head_len,
+            scale,
+            max_ctx,
+            max_calls_per_task,
+            calls_u,
+        )
+        gaps = p.gap_s.draw(rng, len(prompts))
+        calls = _task_calls(
+            task, prompts, appends, outputs, gaps, head, rng, vocab_size, p.first_gap_s
+        )
+        subs: list[Call] = []
+        if p.subagent_prob and len(calls) >= 2 and rng.random() < p.subagent_prob:
+            calls, subs = _spawn(p, task, calls, rng, sub_head, scale, max_ctx, vocab_size)
+        calls[-1] = replace(calls[-1], tail_gap_s=round(float(p.gap_s.draw(rng)), 3))
+        all_calls.extend(calls)
+        all_calls.extend(subs)
+    header = TraceHeader(
+        tokens="ids",
+        vocab_size=vocab_size,
+        model=model,
+        source=f"synth:{p.name}",
+        meta={
+            "preset": p.name,
+            "tasks": n_tasks,
+            "seed": seed,
+            "scale": scale,
+            "shared_head_tokens": head_len,
+            "max_prompt_tokens": max_prompt_tokens,
+            "max_calls_per_task": max_calls_per_task,
+        },
+    )
+    return Trace(header, all_calls)
+
+
+def _spawn(
+    p: SynthPreset,
+    task: str,
+    calls: list[Call],
+    rng: np.random.Generator,
+    sub_head: np.ndarray,
+    scale: float,
+    max_ctx: int,
+    vocab_size: int,
+) -> tuple[list[Call], list[Call]]:
+    """Spawn parallel sub-agents after one parent call; the parent's next call joins them.
+
+    The parent's next call appends the sub-agents' reports to its context (as tool results do);
+    its gap is measured from the last sub-agent's end, as `gap_s` always is from dependencies.
+    """
+    assert p.subagent_calls is not None and p.subagent_first_prompt_tokens is not None
+    k = int(rng.integers(0, len(calls) - 1))  # spawned after call k, joined by call k + 1
+    lo, hi = p.subagents_per_spawn
+    n_sub = int(rng.integers(lo, hi + 1))
+    subs: list[Call] = []
+    joins = []
+    for j in range(n_sub):
+        sub_task = f"{task}.sub{j}"
+        prompts, appends, outputs = _lengths(
+            p,
+            rng,
+            p.subagent_calls,
+            p.subagent_first_prompt_tokens,
+            len(sub_head),
+            scale,
+            max_ctx,
+            None,
+        )
+        gaps = p.gap_s.draw(rng, len(prompts))
+        sc = _task_calls(sub_task, prompts, appends, outputs, gaps, sub_head, rng, vocab_size, 0.5)
+        sc[0] = replace(sc[0], parent=(task, k))
+        subs.extend(sc)
+        joins.append((sub_task, sc[-1].index))
+    calls = list(calls)
+    calls[k + 1] = replace(calls[k + 1], after=tuple(joins))
+    return calls, subs
