@@ -1,0 +1,291 @@
+"""Read a results directory (docs/results.md) into one table with one row per run.
+
+Tolerant by contract: a run that stopped half way, a missing or unreadable `run.json`, a
+`counters.json` that lacks a counter: each still gives a row, with `status` saying what happened
+and `null` where a number is unknown. Nothing here writes files.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pandas as pd
+
+from replay.errors import ConfigError
+
+__all__ = [
+    "RUN_STATUSES_OK",
+    "Results",
+    "find_key",
+    "load_calls",
+    "load_results",
+    "parse_point_name",
+]
+
+RUN_STATUSES_OK = ("ok",)
+# Provenance facts the report shows; looked up by key anywhere in run.json's provenance.
+PROVENANCE_KEYS = {
+    "engine_version": ("engine_version", "server_version"),
+    "gpu": ("gpu", "gpu_name", "gpus"),
+    "trace_sha256": ("trace_sha256", "sha256"),
+    "git_revision": ("git_revision", "git_rev", "revision", "git"),
+    "host": ("host", "hostname"),
+    "started_at": ("started_at",),
+    "ended_at": ("ended_at",),
+}
+_RUN_MARKERS = ("run.json", "calls.jsonl", "calls.parquet", "counters.json")
+
+
+@dataclass(frozen=True)
+class Results:
+    """A loaded results directory: the run table plus the sweep-level files, as found."""
+
+    root: Path
+    experiment: str
+    runs: pd.DataFrame  # one row per run; see `load_results`
+    params: tuple[str, ...]  # matrix parameters, in the matrix's key order
+    predictions: Any | None = None  # predictions.json as parsed, or None
+    experiment_toml: str | None = None
+    notes: tuple[str, ...] = field(default_factory=tuple)  # what the loader had to skip or guess
+
+    def ok_runs(self, statuses: Iterable[str] = RUN_STATUSES_OK) -> pd.DataFrame:
+        return self.runs[self.runs["status"].isin(tuple(statuses))]
+
+
+def parse_point_name(name: str) -> dict[str, Any]:
+    """`host_tier_gib=5,admission=all` -> {"host_tier_gib": 5, "admission": "all"} (numbers coerced)."""
+    out: dict[str, Any] = {}
+    for part in name.split(","):
+        if "=" not in part:
+            continue
+        key, _, raw = part.partition("=")
+        out[key.strip()] = _coerce(raw.strip())
+    return out
+
+
+def _coerce(raw: str) -> Any:
+    low = raw.lower()
+    if low in ("true", "false"):
+        return low == "true"
+    for cast in (int, float):
+        try:
+            return cast(raw)
+        except ValueError:
+            pass
+    return raw
+
+
+def find_key(obj: Any, names: Iterable[str]) -> Any | None:
+    """First non-empty value under any of `names`, searched depth-first through nested dicts."""
+    names = tuple(names)
+    if isinstance(obj, Mapping):
+        for name in names:
+            value = obj.get(name)
+            if value not in (None, "", [], {}) and not isinstance(value, Mapping):
+                return value
+        for value in obj.values():
+            found = find_key(value, names)
+            if found is not None:
+                return found
+    elif isinstance(obj, list):
+        for value in obj:
+            found = find_key(value, names)
+            if found is not None:
+                return found
+    return None
+
+
+def _dict(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _read_json(path: Path) -> tuple[Any | None, str | None]:
+    try:
+        return orjson.loads(path.read_bytes()), None
+    except FileNotFoundError:
+        return None, None
+    except (OSError, orjson.JSONDecodeError) as e:
+        return None, f"{path.name}: unreadable ({e})"
+
+
+def _run_dirs(root: Path) -> list[Path]:
+    """Run directories: `root` itself, or `<point>/<repeat>/` below it."""
+    if any((root / m).exists() for m in _RUN_MARKERS):
+        return [root]
+    found = []
+    for point_dir in sorted(p for p in root.iterdir() if p.is_dir()):
+        if point_dir.name == "figures" or point_dir.name.startswith("."):
+            continue
+        for repeat_dir in sorted(p for p in point_dir.iterdir() if p.is_dir()):
+            if any((repeat_dir / m).exists() for m in _RUN_MARKERS):
+                found.append(repeat_dir)
+    return found
+
+
+def _repeat_order(name: str) -> tuple[int, str]:
+    digits = name.lstrip("r")
+    return (int(digits), name) if digits.isdigit() else (1 << 30, name)
+
+
+def _read_run(run_dir: Path, root: Path) -> tuple[dict[str, Any], dict[str, Any], list[str]]:
+    """One run's row, its matrix point (dict) and any notes about what was unreadable."""
+    notes: list[str] = []
+    rel = run_dir.relative_to(root) if run_dir != root else Path(".")
+    row: dict[str, Any] = {"run_dir": str(run_dir)}
+    run, err = _read_json(run_dir / "run.json")
+    if err:
+        notes.append(f"{rel}/{err}")
+    counters, err = _read_json(run_dir / "counters.json")
+    if err:
+        notes.append(f"{rel}/{err}")
+
+    if run_dir == root:
+        point_name, repeat = "", "r0"
+    else:
+        point_name, repeat = run_dir.parent.name, run_dir.name
+    run = run if isinstance(run, dict) else {}
+    point = _dict(run.get("point")) or parse_point_name(point_name)
+    row["point"] = point_name or ",".join(f"{k}={v}" for k, v in point.items())
+    recorded_repeat = run.get("repeat")
+    if isinstance(recorded_repeat, int) and not isinstance(recorded_repeat, bool):
+        repeat = f"r{recorded_repeat}"
+    elif isinstance(recorded_repeat, str) and recorded_repeat:
+        repeat = recorded_repeat
+    row["repeat"] = repeat
+    row["experiment"] = run.get("experiment") if isinstance(run.get("experiment"), str) else None
+    if run:
+        row["status"] = str(run.get("status") or "unknown")
+    elif (run_dir / "run.json").exists():
+        row["status"] = "unreadable"
+    else:
+        row["status"] = "incomplete"  # stopped before run.json was written
+    server = _dict(run.get("server"))
+    # Only where a writer puts the reason: nested dicts hold unrelated "error"-like fields.
+    row["error"] = next(
+        (v for v in (run.get("reason"), run.get("error"), server.get("reason")) if v), None
+    )
+    row["log_tail"] = server.get("log_tail") or run.get("log_tail")
+    row["engine"] = run.get("engine") if isinstance(run.get("engine"), str) else None
+    if row["engine"] is None:
+        row["engine"] = find_key(run.get("config", {}), ("engine", "engine_kind"))
+    summary = _dict(run.get("summary"))
+    for key, value in summary.items():
+        if not isinstance(value, (dict, list)):
+            row[key] = value
+    if isinstance(counters, dict):
+        flat = _dict(counters.get("counters")) or counters
+        for key, value in flat.items():
+            # counters.json is the scrape of record for HTTP engines; None means "not exposed".
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                row[key] = value
+            elif value is None:
+                row.setdefault(key, None)
+    provenance = _dict(run.get("provenance"))
+    for column, names in PROVENANCE_KEYS.items():
+        value = find_key(provenance, names) or find_key(run, names)
+        row[column] = ", ".join(map(str, value)) if isinstance(value, list) else value
+    row["provenance"] = provenance
+    return row, point, notes
+
+
+def load_results(results_dir: str | Path) -> Results:
+    """Load `results/<experiment>/` (or a single run directory) into a `Results`.
+
+    Rows: one per run, columns `experiment`, `point`, `repeat`, `status`, one per matrix parameter,
+    every `summary` key, every counter of `counters.json`, and provenance facts. Runs come from the
+    run directories; when there are none, from `summary.parquet`/`summary.csv`.
+    """
+    root = Path(results_dir)
+    if not root.is_dir():
+        raise ConfigError(str(root), None, "no such results directory (run `replay sweep` first)")
+    notes: list[str] = []
+    predictions, err = _read_json(root / "predictions.json")
+    if err:
+        notes.append(err)
+    toml_path = root / "experiment.toml"
+    experiment_toml = toml_path.read_text(errors="replace") if toml_path.is_file() else None
+
+    rows: list[dict[str, Any]] = []
+    params: list[str] = []
+    for run_dir in _run_dirs(root):
+        row, point, run_notes = _read_run(run_dir, root)
+        notes.extend(run_notes)
+        for key, value in point.items():
+            if key not in params:
+                params.append(key)
+            row[key] = value
+        rows.append(row)
+    if rows:
+        runs = pd.DataFrame(rows)
+    else:
+        table = _summary_table(root)
+        if table is None:
+            raise ConfigError(
+                str(root), None, "no runs found (no <point>/<repeat>/run.json, no summary.parquet)"
+            )
+        runs = table
+        notes.append("runs read from the summary table (no run directories)")
+        params = _matrix_from_summary(runs)
+    experiment = _experiment_name(root, runs)
+    runs["experiment"] = experiment
+    if "repeat" in runs:
+        runs["_order"] = runs["repeat"].astype(str).map(_repeat_order)
+        runs = runs.sort_values(["point", "_order"], kind="stable").drop(columns="_order")
+    runs = runs.reset_index(drop=True)
+    return Results(
+        root=root,
+        experiment=experiment,
+        runs=runs,
+        params=tuple(params),
+        predictions=predictions,
+        experiment_toml=experiment_toml,
+        notes=tuple(notes),
+    )
+
+
+def _experiment_name(root: Path, runs: pd.DataFrame) -> str:
+    if "experiment" in runs and runs["experiment"].notna().any():
+        return str(runs["experiment"].dropna().iloc[0])
+    return root.resolve().name
+
+
+def _summary_table(root: Path) -> pd.DataFrame | None:
+    try:
+        if (root / "summary.parquet").is_file():
+            return pd.read_parquet(root / "summary.parquet")
+        if (root / "summary.csv").is_file():
+            return pd.read_csv(root / "summary.csv")
+    except (OSError, ValueError) as e:
+        raise ConfigError(str(root / "summary.parquet"), None, f"unreadable: {e}") from e
+    return None
+
+
+def _matrix_from_summary(runs: pd.DataFrame) -> list[str]:
+    # The point column holds `k=v,...`; its keys are the matrix parameters, in order.
+    if "point" not in runs or runs.empty:
+        return []
+    return [k for k in parse_point_name(str(runs["point"].iloc[0])) if k in runs.columns]
+
+
+def load_calls(run_dir: str | Path) -> pd.DataFrame:
+    """A run's per-call table: `calls.parquet`, else `calls.jsonl` (a torn last line is skipped)."""
+    run_dir = Path(run_dir)
+    parquet = run_dir / "calls.parquet"
+    if parquet.is_file():
+        try:
+            return pd.read_parquet(parquet)
+        except (OSError, ValueError):
+            pass  # written while the run died; the streamed jsonl still has every finished call
+    rows = []
+    jsonl = run_dir / "calls.jsonl"
+    if jsonl.is_file():
+        for line in jsonl.read_bytes().splitlines():
+            try:
+                rows.append(orjson.loads(line))
+            except orjson.JSONDecodeError:
+                continue
+    return pd.DataFrame(rows)

@@ -1,0 +1,125 @@
+"""Shared figure plumbing: Agg-only figures (no pyplot state), footer, series, PNG+SVG output.
+
+Figures are built on `matplotlib.figure.Figure` directly, so nothing here touches a global
+backend or keeps figures alive after saving; every figure function returns its Figure so tests
+can read the plotted data back from the artists.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from matplotlib.figure import Figure
+
+from replay import __version__
+from replay.analysis.aggregate import point_table
+
+__all__ = [
+    "FigureContext",
+    "Series",
+    "legend_outside",
+    "new_figure",
+    "save_figure",
+    "series_label",
+    "split_series",
+    "yerr",
+]
+
+FOOTER_FONTSIZE = 7
+SAVE_FORMATS = ("png", "svg")
+
+
+@dataclass(frozen=True)
+class FigureContext:
+    """What every figure shows in its footer: the experiment and the date it ran."""
+
+    experiment: str
+    date: str  # ISO date of the runs (or of the report when the runs carry none)
+
+    def footer(self) -> str:
+        return f"{self.experiment} · {self.date} · replay {__version__}"
+
+
+def new_figure(
+    ctx: FigureContext, title: str, ncols: int = 1, width_in: float = 7.5, height_in: float = 4.8
+) -> tuple[Figure, list[Any]]:
+    """A titled figure with `ncols` axes side by side and the experiment footer."""
+    fig = Figure(figsize=(width_in * (1 + 0.55 * (ncols - 1)), height_in), layout="constrained")
+    axes = list(np.atleast_1d(fig.subplots(1, ncols)))
+    fig.suptitle(title)
+    # Footer as a supxlabel keeps constrained layout aware of it, so it never overlaps the axes.
+    fig.supxlabel(ctx.footer(), fontsize=FOOTER_FONTSIZE, color="0.35", x=0.01, ha="left")
+    return fig, axes
+
+
+def save_figure(
+    fig: Figure, out_dir: Path, stem: str, formats: Sequence[str] = SAVE_FORMATS
+) -> list[Path]:
+    """Write `stem.png` and `stem.svg` under `out_dir` (atomically: temp file, then rename)."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for fmt in formats:
+        path = out_dir / f"{stem}.{fmt}"
+        tmp = out_dir / f".{stem}.{fmt}.tmp"
+        fig.savefig(tmp, format=fmt, dpi=120)
+        tmp.replace(path)
+        paths.append(path)
+        # The layout is solved by the first save; keep it rather than solving it again per format.
+        fig.set_layout_engine("none")
+    return paths
+
+
+def series_label(values: dict[str, Any]) -> str:
+    """`admission=all, engine=sim`; `all points` when the sweep has one series."""
+    return ", ".join(f"{k}={v}" for k, v in values.items()) or "all points"
+
+
+@dataclass(frozen=True)
+class Series:
+    """One line of a figure: the points sharing every parameter but `x`, sorted by `x`."""
+
+    label: str
+    params: dict[str, Any]
+    mean: pd.DataFrame  # one row per x value: the x column plus one column per metric
+    half_width: pd.DataFrame  # same shape: 95% interval half-widths (NaN with one repeat)
+    n: pd.DataFrame
+
+
+def split_series(agg: pd.DataFrame, params: Sequence[str], x: str) -> Iterator[Series]:
+    """Split `aggregate`'s long table into series along parameter `x`."""
+    keys = [p for p in params if p in agg.columns]
+    if agg.empty or x not in keys:
+        return
+    tables = {stat: point_table(agg, keys, stat) for stat in ("mean", "half_width", "n")}
+    others = [p for p in keys if p != x]
+    mean = tables["mean"]
+    groups = mean.groupby(others, dropna=False, sort=True) if others else [((), mean)]
+    for key, group in groups:
+        key = key if isinstance(key, tuple) else (key,)
+        values = dict(zip(others, key, strict=True))
+        idx = group.sort_values(x).index
+        yield Series(
+            label=series_label(values),
+            params=values,
+            mean=tables["mean"].loc[idx].reset_index(drop=True),
+            half_width=tables["half_width"].loc[idx].reset_index(drop=True),
+            n=tables["n"].loc[idx].reset_index(drop=True),
+        )
+
+
+def legend_outside(ax: Any, **kwargs: Any) -> None:
+    """Legend right of the axes: inside, it would hide data points once a sweep has a few series."""
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=7, **kwargs)
+
+
+def yerr(series: Series, metric: str) -> np.ndarray:
+    """Error-bar lengths: the 95% half-width, 0 where one repeat gives no interval."""
+    if metric not in series.half_width:
+        return np.zeros(len(series.mean))
+    return np.nan_to_num(series.half_width[metric].to_numpy(dtype=float), nan=0.0)

@@ -1,0 +1,60 @@
+"""Figure 6: time-to-first-token distribution (empirical CDF) per point, repeats pooled."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+import pandas as pd
+from matplotlib.figure import Figure
+
+from replay.plots.common import FigureContext, legend_outside, new_figure
+
+__all__ = ["MAX_CDF_LINES", "ttft_cdf", "ttft_s"]
+
+MAX_CDF_POINTS = 2000  # per line, evenly spaced in rank (first and last kept)
+MAX_CDF_LINES = 24  # past this the legend stops being readable; the rest are listed as omitted
+
+
+def ttft_s(calls: pd.DataFrame) -> np.ndarray:
+    """TTFT of each successful call: t_first_token - t_send (seconds)."""
+    if calls.empty or not {"t_send", "t_first_token"} <= set(calls.columns):
+        return np.array([], dtype=float)
+    ok = (
+        calls["status"].eq("ok")
+        if "status" in calls.columns
+        else pd.Series(True, index=calls.index)
+    )
+    values = (calls.loc[ok, "t_first_token"] - calls.loc[ok, "t_send"]).to_numpy(dtype=float)
+    return values[np.isfinite(values)]
+
+
+def ttft_cdf(ttft_by_point: Mapping[str, np.ndarray], ctx: FigureContext) -> Figure | None:
+    """One step line per point: fraction of calls with TTFT at most x. Log x when TTFTs span
+    more than two decades."""
+    items = [
+        (label, np.sort(np.asarray(v, dtype=float))) for label, v in ttft_by_point.items() if len(v)
+    ]
+    if not items:
+        return None
+    fig, (ax,) = new_figure(ctx, "Time to first token, CDF per point")
+    for label, values in items[:MAX_CDF_LINES]:
+        # Start at (min, 0) so each curve rises from zero at its fastest call.
+        x = np.concatenate([values[:1], values])
+        frac = np.arange(0, len(values) + 1) / len(values)
+        if len(x) > MAX_CDF_POINTS:
+            # Thousands of steps per line draw the same picture as a couple of thousand.
+            keep = np.unique(np.linspace(0, len(x) - 1, MAX_CDF_POINTS).round().astype(int))
+            x, frac = x[keep], frac[keep]
+        ax.step(x, frac, where="post", label=f"{label} (n={len(values)})")
+    if len(items) > MAX_CDF_LINES:
+        ax.set_title(f"{len(items) - MAX_CDF_LINES} more points not drawn", fontsize=8)
+    positive = np.concatenate([v[v > 0] for _, v in items])
+    if positive.size and positive.max() / positive.min() > 100:
+        ax.set_xscale("log")
+    ax.set_xlabel("TTFT (s)")
+    ax.set_ylabel("fraction of calls")
+    ax.set_ylim(0, 1.02)
+    ax.grid(alpha=0.3)
+    legend_outside(ax)
+    return fig

@@ -1,0 +1,122 @@
+"""Loading results directories laid out as docs/results.md says, including broken and partial runs."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+
+from replay.analysis.load import load_calls, load_results, parse_point_name
+from replay.errors import ConfigError, ReplayError
+from tests.report_results_builder import make_calls, tier_sweep, write_run
+
+
+def test_point_names_parse_to_typed_values():
+    assert parse_point_name("host_tier_gib=5,admission=all") == {
+        "host_tier_gib": 5,
+        "admission": "all",
+    }
+    assert parse_point_name("kappa=2.5,debug=true") == {"kappa": 2.5, "debug": True}
+
+
+def test_sweep_loads_one_row_per_run(tmp_path):
+    res = load_results(tier_sweep(tmp_path / "tiny"))
+    assert res.experiment == "tiny"
+    assert res.params == ("host_tier_gib", "admission")
+    assert len(res.runs) == 15
+    assert res.runs["status"].value_counts().to_dict() == {"ok": 14, "failed": 1}
+    failed = res.runs[res.runs.status == "failed"].iloc[0]
+    assert (failed["host_tier_gib"], failed["admission"], failed["repeat"]) == (20, "all", "r2")
+    assert "server gone" in failed["error"]
+    assert pd.isna(failed["makespan_s"])  # no summary, no invented number
+    ok = res.runs[(res.runs.host_tier_gib == 5) & (res.runs.admission == "conditioned")]
+    assert sorted(ok["makespan_s"]) == [79.5, 80.0, 80.5]
+    # Counters come from counters.json, extras included.
+    assert set(ok["chunks_written"]) == {40}
+    assert res.experiment_toml.startswith('name = "tiny"')
+    assert res.predictions["tier_key"] == "host_tier_gib"
+    assert set(res.runs["trace_sha256"]) == {"ab" * 32}
+    assert set(res.runs["git_revision"]) == {"deadbeef"}
+
+
+def test_counters_json_null_means_unknown_not_zero(tmp_path):
+    write_run(
+        tmp_path / "e",
+        {"host_tier_gib": 5},
+        0,
+        summary={"makespan_s": 1.0},
+        counters={"host_restore_tokens": None, "host_write_tokens": 7},
+    )
+    runs = load_results(tmp_path / "e").runs
+    assert pd.isna(runs["host_restore_tokens"].iloc[0])
+    assert runs["host_write_tokens"].iloc[0] == 7
+
+
+def test_partial_and_unreadable_runs_still_give_rows(tmp_path):
+    exp = tmp_path / "e"
+    write_run(exp, {"host_tier_gib": 5}, 0, summary={"makespan_s": 1.0})
+    stopped = exp / "host_tier_gib=10" / "r0"
+    stopped.mkdir(parents=True)
+    (stopped / "calls.jsonl").write_text(json.dumps({"slot": 0, "t_send": 0.0}) + "\n")
+    broken = exp / "host_tier_gib=20" / "r0"
+    broken.mkdir(parents=True)
+    (broken / "run.json").write_text("{not json")
+    res = load_results(exp)
+    status = dict(zip(res.runs["point"], res.runs["status"], strict=True))
+    assert status == {
+        "host_tier_gib=5": "ok",
+        "host_tier_gib=10": "incomplete",
+        "host_tier_gib=20": "unreadable",
+    }
+    assert (
+        res.runs.set_index("point").loc["host_tier_gib=10", "host_tier_gib"] == 10
+    )  # from the dir name
+    assert any("run.json: unreadable" in n for n in res.notes)
+
+
+def test_calls_from_jsonl_skip_a_torn_last_line(tmp_path):
+    rows = make_calls(1, 3)
+    write_run(tmp_path, {"a": 1}, 0, summary={}, calls=rows, calls_format="jsonl")
+    run_dir = tmp_path / "a=1" / "r0"
+    with open(run_dir / "calls.jsonl", "a") as f:
+        f.write('{"slot": 0, "t_se')  # the process died mid-write
+    calls = load_calls(run_dir)
+    assert len(calls) == 3 and list(calls["call"]) == [0, 1, 2]
+
+
+def test_calls_prefer_parquet(tmp_path):
+    run_dir = write_run(tmp_path, {"a": 1}, 0, summary={}, calls=make_calls(2, 2))
+    assert len(load_calls(run_dir)) == 4
+
+
+def test_single_run_directory_is_a_one_point_result(tmp_path):
+    run_dir = tmp_path / "one"
+    run_dir.mkdir()
+    (run_dir / "run.json").write_text(json.dumps({"status": "ok", "summary": {"makespan_s": 3.0}}))
+    res = load_results(run_dir)
+    assert len(res.runs) == 1 and res.params == () and res.runs["makespan_s"].iloc[0] == 3.0
+
+
+def test_summary_table_is_the_fallback(tmp_path):
+    exp = tmp_path / "e"
+    exp.mkdir()
+    pd.DataFrame(
+        {
+            "experiment": ["e", "e"],
+            "point": ["host_tier_gib=5", "host_tier_gib=5"],
+            "repeat": ["r0", "r1"],
+            "host_tier_gib": [5, 5],
+            "status": ["ok", "ok"],
+            "makespan_s": [1.0, 2.0],
+        }
+    ).to_parquet(exp / "summary.parquet")
+    res = load_results(exp)
+    assert res.params == ("host_tier_gib",) and list(res.runs["makespan_s"]) == [1.0, 2.0]
+
+
+def test_missing_or_empty_directory_is_a_user_error(tmp_path):
+    with pytest.raises(ConfigError, match="no such results directory"):
+        load_results(tmp_path / "nope")
+    with pytest.raises(ReplayError, match="no runs found"):
+        load_results(tmp_path)

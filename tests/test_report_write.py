@@ -1,0 +1,199 @@
+"""`replay report`: a constructed sweep (with a failed run) gives a readable report.md and figures."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from replay.report import write_report
+from tests.report_results_builder import tier_sweep, write_run
+
+FIGURES = [
+    "1_makespan_vs_tier",
+    "2_prefill_vs_tier",
+    "3_restores_writes_vs_tier",
+    "4_hits_vs_pressure",
+    "5_slot_timeline",
+    "6_ttft_cdf",
+]
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory) -> tuple[Path, str]:
+    exp = tier_sweep(tmp_path_factory.mktemp("res") / "tiny")
+    out = write_report(exp, today=lambda: dt.date(2030, 1, 1))
+    assert out.report == exp / "report.md"
+    return exp, out.report.read_text()
+
+
+def _section(text: str, title: str) -> str:
+    start = text.index(f"## {title}\n")
+    end = text.find("\n## ", start + 1)
+    return text[start : end if end > 0 else None]
+
+
+def test_failed_run_is_reported_and_left_out(report):
+    _, text = report
+    runs = _section(text, "Runs")
+    assert "1 of 15 runs did not finish cleanly" in runs
+    assert (
+        "| host_tier_gib=20,admission=all | r2 | failed | 3 | server gone: connection refused for 30 s |"
+        in runs
+    )
+    # The failed repeat is not counted: 20 GiB / all has n = 2 in the measured table.
+    measured = _section(text, "Measured")
+    assert "| 20 | all | 2 | 61 ± 13 [60–62] |" in measured
+
+
+def test_what_is_real_separates_a_real_difference_from_noise(report):
+    _, text = report
+    real = _section(text, "What is real")
+    assert "Welch's t-test" in real
+    line5 = next(ln for ln in real.splitlines() if "admission=conditioned lowers makespan" in ln)
+    assert "at host_tier_gib=5" in line5 and "(real;" in line5
+    line20 = next(
+        ln for ln in real.splitlines() if "at host_tier_gib=20: the makespan difference" in ln
+    )
+    assert "within noise" in line20
+
+
+def test_predictions_and_their_errors(report):
+    _, text = report
+    pred = _section(text, "Predictions (pre-registered)")
+    assert "not predicted: admission=conditioned: model covers admission all only" in pred
+    assert "**admission=all**: working_set_gib 8." in pred
+    assert "| 5 | 735K | 140K | 400K | 150K |" in pred
+    errors = _section(text, "Prediction vs measurement")
+    # computed prefill at 5 GiB/all: measured 700K, 701K, 702K -> mean 701K; (735 - 701) / 701 = +4.9%
+    assert (
+        "| 5 | all | computed_prefill_tokens | 735K | 701K [" in errors
+        and "| +4.9% | no |" in errors
+    )
+
+
+def test_figures_embedded_and_written(report):
+    exp, text = report
+    for stem in FIGURES:
+        assert f"](figures/{stem}.png)" in text
+        assert (exp / "figures" / f"{stem}.png").stat().st_size > 1000
+        assert (exp / "figures" / f"{stem}.svg").stat().st_size > 1000
+    assert "Figure 7: engines at matched configuration: fewer than two engines" in text
+
+
+def test_provenance_and_experiment_file(report):
+    _, text = report
+    prov = _section(text, "Provenance")
+    assert "| trace sha256 | " + "ab" * 32 + " |" in prov
+    assert "| git revision | deadbeef |" in prov
+    assert "| GPU | not recorded |" in prov
+    assert '```toml\nname = "tiny"\nrepeats = 3\n```' in _section(text, "Experiment file")
+    assert "run 2026-12-01" in text  # the runs' date, not the wall clock's
+
+
+def test_sweep_where_every_run_failed_still_renders(tmp_path):
+    exp = tmp_path / "dead"
+    for tier in (5, 10):
+        write_run(
+            exp,
+            {"host_tier_gib": tier},
+            0,
+            summary=None,
+            status="failed",
+            error="engine did not start",
+        )
+    out = write_report(exp)
+    text = out.report.read_text()
+    assert "2 of 2 runs did not finish cleanly" in text
+    assert "No run finished cleanly: nothing to aggregate." in text
+    assert "No `predictions.json`" in text
+    assert out.figures == []
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    code = "from replay.cli.main import main; main()"
+    return subprocess.run(
+        [sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=120, env=env
+    )
+
+
+def test_cli_writes_report(tmp_path):
+    exp = tmp_path / "one"
+    write_run(exp, {"host_tier_gib": 5}, 0, summary={"makespan_s": 2.0, "calls": 1})
+    (exp / "host_tier_gib=5" / "r0" / "run.json").write_text(
+        json.dumps({"status": "ok", "summary": {"makespan_s": 2.0}, "point": {"host_tier_gib": 5}})
+    )
+    done = _cli("report", str(exp), "--no-figures")
+    assert done.returncode == 0, done.stderr
+    assert "report.md" in done.stdout
+    assert (exp / "report.md").read_text().startswith("# one: replay report")
+
+
+def test_cli_bad_directory_is_one_line_and_exit_2(tmp_path):
+    done = _cli("report", str(tmp_path / "missing"))
+    assert done.returncode == 2
+    assert done.stderr.startswith("replay: ") and "Traceback" not in done.stderr
+    assert "no such results directory" in done.stderr
+
+
+def test_identical_repeats_are_called_exact_not_measured(tmp_path):
+    exp = tmp_path / "det"
+    for tier, makespan in ((0, 100.0), (5, 90.0)):
+        for r in range(2):
+            write_run(exp, {"host_tier_gib": tier}, r, summary={"makespan_s": makespan})
+    text = write_report(exp, figures=False).report.read_text()
+    assert "Every point's repeats are identical" in text
+    assert (
+        "host_tier_gib=5 lowers makespan by 10.0% vs host_tier_gib=0 (real; identical repeats"
+        in text
+    )
+
+
+def test_noisy_repeats_get_no_determinism_note(report):
+    _, text = report
+    assert "Every point's repeats are identical" not in text
+
+
+def test_slowdown_against_the_recorded_run(tmp_path):
+    trace = tmp_path / "t.jsonl"
+    lines = [
+        {"format": "replay-trace", "version": 1, "tokens": "ids", "vocab_size": 100},
+        {
+            "task": "a",
+            "call": 0,
+            "gap_s": 0.0,
+            "keep": 0,
+            "append": [1, 2, 3],
+            "output_len": 2,
+            "recorded": {"start_s": 10.0, "end_s": 12.0},
+        },
+        {
+            "task": "a",
+            "call": 1,
+            "gap_s": 1.0,
+            "keep": 5,
+            "append": [4],
+            "output_len": 2,
+            "recorded": {"start_s": 13.0, "end_s": 30.0},
+        },
+    ]
+    trace.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    exp = tmp_path / "rec"
+    for r, makespan in enumerate((40.0, 40.0)):
+        write_run(
+            exp,
+            {"host_tier_gib": 0},
+            r,
+            summary={"makespan_s": makespan},
+            provenance={"trace": str(trace)},
+        )
+    text = write_report(exp, figures=False).report.read_text()
+    # recorded: 30 - 10 = 20 s; replay 40 s -> 2x
+    assert "| host_tier_gib | n | makespan | makespan / baseline | makespan / recorded |" in text
+    assert "| 0 | 2 | 40 ± 0 | 1 ± 0 | 2 ± 0 |" in text
