@@ -1,10 +1,54 @@
-"""`replay sweep` subcommand (being built; see its issue)."""
+"""`replay sweep FILE`: run (or resume) an experiment's points x repeats; `--dry-run` lists the
+exact commands instead."""
 
 from __future__ import annotations
 
+import sys
+
 import click
 
+from replay.sweep.config import load_experiment
 
-@click.group(name="sweep")
-def command() -> None:
-    """(not built yet)"""
+
+@click.command(name="sweep")
+@click.argument("experiment_file", type=click.Path(dir_okay=False))
+@click.option("--force", is_flag=True, help="rerun runs that already finished (default: resume)")
+@click.option("--dry-run", is_flag=True, help="print each point's exact argv and environment")
+@click.option(
+    "--order",
+    type=click.Choice(["random", "sequential"]),
+    default=None,
+    help="run order: seeded interleaved random (default from the file) or sequential",
+)
+@click.option("--results", "results_root", default=None, help="results root (default: results/)")
+def command(
+    experiment_file: str, force: bool, dry_run: bool, order: str | None, results_root: str | None
+) -> None:
+    """Run EXPERIMENT_FILE (TOML): one server per run, counters, resumable results."""
+    exp = load_experiment(experiment_file)
+    if dry_run:
+        from replay.sweep.dryrun import dry_run_plan, format_plan
+
+        click.echo(format_plan(exp, dry_run_plan(exp, order)))
+        return
+    from replay.sweep.runner import run_sweep
+
+    result = run_sweep(
+        exp, force=force, order=order, results_root=results_root, echo=lambda s: click.echo(s)
+    )
+    counts: dict[str, int] = {}
+    for o in result.outcomes:
+        counts[o.status] = counts.get(o.status, 0) + 1
+    click.echo(
+        f"{exp.name}: "
+        + ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
+        + f"; summary: {result.exp_dir / 'summary.parquet'}"
+    )
+    for o in result.failed:
+        click.echo(f"failed: {o.rel_dir}: {o.reason}", err=True)
+    if result.interrupted:
+        click.echo("interrupted; rerun the same command to resume", err=True)
+        sys.exit(130)
+    ran = [o for o in result.outcomes if o.status != "skipped"]
+    if ran and len(result.failed) == len(ran):
+        sys.exit(1)  # every run failed: more likely the setup than the points

@@ -12,7 +12,14 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["CANONICAL_COUNTERS", "LaunchSpec", "EngineAdapter"]
+__all__ = [
+    "CANONICAL_COUNTERS",
+    "LaunchSpec",
+    "EngineAdapter",
+    "Samples",
+    "openai_extras",
+    "no_verify",
+]
 
 # Canonical per-run counters (deltas between the scrape at replay start and at replay end).
 CANONICAL_COUNTERS = (
@@ -26,15 +33,38 @@ CANONICAL_COUNTERS = (
     "preemptions",
 )
 
+# Parsed metrics: {sample name: {sorted (label, value) pairs: cumulative value}} (replay.metrics).
+Samples = Mapping[str, Mapping[tuple, float]]
+
 
 @dataclass(frozen=True)
 class LaunchSpec:
-    """How to start one server process: argv list, extra environment, readiness path."""
+    """How to start one server process: argv list, extra environment, readiness path.
+
+    `ready_file_flag`: when set (e.g. "--ready-file"), the server is started on port 0 with
+    `[flag, PATH]` appended and announces the port it bound by writing it into PATH; the lifecycle
+    reads it from there. Otherwise the server binds the port given to `launch`.
+    """
 
     argv: list[str]
     env: dict[str, str] = field(default_factory=dict)
     health_path: str = "/health"
     ready_timeout_s: float = 600.0
+    ready_file_flag: str | None = None
+
+
+def openai_extras(max_tokens: int, forced_output_ids: list[int] | None) -> dict[str, Any]:
+    """Extra body fields that make an OpenAI-compatible server produce exactly `max_tokens` tokens.
+
+    vLLM, SGLang, llama.cpp and the simulator all accept `min_tokens` and `ignore_eos` on
+    /v1/completions; together with `max_tokens` they pin the output length.
+    """
+    return {"max_tokens": max_tokens, "min_tokens": max_tokens, "ignore_eos": True}
+
+
+def no_verify(samples: Samples, options: Mapping[str, Any]) -> list[str]:
+    """Default configuration check: the engine reports nothing to compare against."""
+    return []
 
 
 @dataclass(frozen=True)
@@ -47,13 +77,24 @@ class EngineAdapter:
       mapping of cumulative sample values (see replay.metrics); missing counters are None.
     - `reset_path`: HTTP path that empties the prefix cache (POST), or None.
     - `forcing`: whether the adapter can force the recorded output ids exactly.
+    - `verify(samples, options)` -> problems (strings) where the running server reports a
+      configuration that differs from the options it was launched with (e.g. vLLM's
+      `cache_config_info` labels); empty when it matches or cannot be checked.
+    - `version_argv(options)` -> argv that prints the engine's version, or None.
+    - `option_names`: the engine options this adapter understands (None: any); the sweep rejects
+      others with an error naming the field.
+    - `in_process`: runs inside the replay process (the simulator): no server, no scraping.
     """
 
     name: str
     launch: Callable[[Mapping[str, Any], str, int], LaunchSpec | None]
     request_extras: Callable[[int, list[int] | None], dict[str, Any]]
-    map_counters: Callable[[Mapping[str, Mapping[tuple, float]]], dict[str, float | None]]
+    map_counters: Callable[[Samples], dict[str, float | None]]
     reset_path: str | None = None
     forcing: bool = False
     metrics_path: str = "/metrics"
     description: str = ""
+    verify: Callable[[Samples, Mapping[str, Any]], list[str]] = no_verify
+    version_argv: Callable[[Mapping[str, Any]], list[str] | None] | None = None
+    option_names: frozenset[str] | None = None
+    in_process: bool = False

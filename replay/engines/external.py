@@ -1,0 +1,32 @@
+"""A server the user already runs: nothing is launched; the sweep talks to `url`.
+
+Options: url (required, e.g. http://127.0.0.1:8000), kind (vllm|sglang|lmcache|llamacpp|sim-server:
+whose metric mapping, reset path and request extras to use; default: guessed from the metric
+prefixes of the first scrape), model (served model name, if the server needs one).
+"""
+
+from __future__ import annotations
+
+from replay.engines.base import EngineAdapter, Samples, openai_extras
+
+__all__ = ["ADAPTER", "map_counters_auto", "EXTERNAL_OPTIONS"]
+
+EXTERNAL_OPTIONS = frozenset({"url", "kind", "model", "served_model_name", "reset_path"})
+
+
+def map_counters_auto(samples: Samples) -> dict[str, float | None]:
+    """Map with the adapter whose metric prefix the server exposes (vllm:, sglang:, llamacpp:,
+    replay_sim:); all None when none matches."""
+    from replay.engines.registry import adapter_for_metrics
+
+    return adapter_for_metrics(samples).map_counters(samples)
+
+
+ADAPTER = EngineAdapter(
+    name="external",
+    launch=lambda options, host, port: None,
+    request_extras=openai_extras,
+    map_counters=map_counters_auto,
+    description="an already running OpenAI-compatible server at `url` (no launch)",
+    option_names=EXTERNAL_OPTIONS,
+)

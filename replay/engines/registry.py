@@ -1,0 +1,81 @@
+"""The one explicit engine registry: name -> EngineAdapter. No import magic, no entry points.
+
+Adding an engine: write `replay/engines/<name>.py` exposing `ADAPTER`, import it here, add an
+experiment file. `get_engine(name)` is how everything else looks adapters up.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+from replay.engines import external, lmcache, sglang, sim_engines, vllm
+from replay.engines.base import CANONICAL_COUNTERS, EngineAdapter, Samples
+from replay.errors import ConfigError
+
+__all__ = ["ENGINES", "get_engine", "adapter_for_metrics", "METRIC_PREFIXES"]
+
+
+def _llamacpp() -> EngineAdapter | None:
+    # The llama.cpp adapter lives in its own module (written by its engineer); until that module
+    # exists the key is simply absent rather than breaking every other engine.
+    try:
+        module = importlib.import_module("replay.engines.llamacpp")
+    except ModuleNotFoundError as e:
+        if e.name != "replay.engines.llamacpp":
+            raise
+        return None
+    return module.ADAPTER
+
+
+ENGINES: dict[str, EngineAdapter] = {
+    "sim": sim_engines.SIM,
+    "sim-server": sim_engines.SIM_SERVER,
+    "vllm": vllm.ADAPTER,
+    "sglang": sglang.ADAPTER,
+    "lmcache": lmcache.ADAPTER,
+    "external": external.ADAPTER,
+}
+_LLAMACPP = _llamacpp()
+if _LLAMACPP is not None:
+    ENGINES["llamacpp"] = _LLAMACPP
+
+# Which adapter maps a server's metrics, judged by the metric-name prefix it exposes.
+METRIC_PREFIXES = (
+    ("lmcache:", "lmcache"),
+    ("vllm:", "vllm"),
+    ("sglang:", "sglang"),
+    ("llamacpp:", "llamacpp"),
+    ("replay_sim:", "sim-server"),
+)
+
+
+def get_engine(name: str) -> EngineAdapter:
+    """The adapter registered as `name`; unknown names raise ConfigError listing the valid ones."""
+    try:
+        return ENGINES[name]
+    except KeyError:
+        valid = ", ".join(sorted(ENGINES))
+        raise ConfigError(
+            "engine", "engine.kind", f"unknown engine {name!r}; valid: {valid}"
+        ) from None
+
+
+def _unknown(samples: Samples) -> dict[str, float | None]:
+    return dict.fromkeys(CANONICAL_COUNTERS)
+
+
+_UNKNOWN = EngineAdapter(
+    name="unknown",
+    launch=lambda o, h, p: None,
+    request_extras=lambda n, ids: {},
+    map_counters=_unknown,
+)
+
+
+def adapter_for_metrics(samples: Samples) -> EngineAdapter:
+    """The adapter whose metric prefix appears first in METRIC_PREFIXES order (LMCache before
+    vLLM, since an LMCache server exposes both); an all-None mapper when nothing matches."""
+    for prefix, name in METRIC_PREFIXES:
+        if name in ENGINES and any(k.startswith(prefix) for k in samples):
+            return ENGINES[name]
+    return _UNKNOWN

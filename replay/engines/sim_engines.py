@@ -1,0 +1,124 @@
+"""The reference simulator as an engine: `sim` (in process, virtual time) and `sim-server`
+(`replay sim serve` as a subprocess on a loopback port, wall-clock paced by `time_scale`).
+
+Options are the simulator's SIMOPTS in TOML spelling (hardware, model, tp, device_kv_gib,
+host_tier_gib, admission, kappa, time_scale, seed, ...); `replay.sim.options.SimConfig` validates
+them. Metrics of the server are exposed under the `replay_sim:` prefix with canonical names.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping
+from typing import Any
+
+from replay.engines.base import (
+    CANONICAL_COUNTERS,
+    EngineAdapter,
+    LaunchSpec,
+    Samples,
+    openai_extras,
+)
+from replay.engines.common import extra_args, flag_value
+from replay.metrics.counters import first_present, sample_sum
+
+__all__ = ["SIM", "SIM_SERVER", "sim_argv", "map_counters", "PREFIX"]
+
+PREFIX = "replay_sim:"
+# Options of the sweep itself, never passed to the simulator as flags.
+_NOT_SIMOPTS = frozenset({"python", "extra_args", "env", "ready_timeout_s", "served_model_name"})
+
+
+def sim_argv(options: Mapping[str, Any]) -> list[str]:
+    """SIMOPTS as command-line flags: `device_kv_gib = 2` -> `--device-kv-gib 2`; true -> flag."""
+    argv: list[str] = []
+    for key, value in options.items():
+        if key in _NOT_SIMOPTS or value is None:
+            continue
+        flag = "--" + key.replace("_", "-")
+        if value is True:
+            argv.append(flag)
+        elif value is False:
+            continue
+        else:
+            argv += [flag, flag_value(value)]
+    return argv
+
+
+def launch_server(options: Mapping[str, Any], host: str, port: int) -> LaunchSpec:
+    """`python -m replay.engines.sim_engines serve --host H --port 0 SIMOPTS --ready-file F`:
+    the `replay sim serve` command, started without importing the whole CLI (faster start)."""
+    python = str(options.get("python", sys.executable))
+    argv = [
+        python,
+        "-m",
+        "replay.engines.sim_engines",
+        "serve",
+        "--host",
+        host,
+        "--port",
+        str(port),
+    ]
+    argv += sim_argv(options) + extra_args(options, "sim-server")
+    return LaunchSpec(
+        argv=argv,
+        env={},
+        health_path="/health",
+        ready_timeout_s=float(options.get("ready_timeout_s", 60)),
+        ready_file_flag="--ready-file",
+    )
+
+
+def map_counters(samples: Samples) -> dict[str, float | None]:
+    """`replay_sim:<canonical>_total` (or without `_total`) -> canonical counters, one to one."""
+    return {
+        name: first_present(
+            sample_sum(samples, f"{PREFIX}{name}_total"), sample_sum(samples, f"{PREFIX}{name}")
+        )
+        for name in CANONICAL_COUNTERS
+    }
+
+
+SIM = EngineAdapter(
+    name="sim",
+    launch=lambda options, host, port: None,
+    request_extras=openai_extras,
+    map_counters=map_counters,
+    forcing=True,
+    description="reference simulator in process (virtual time: hours of trace in seconds)",
+    in_process=True,
+)
+
+SIM_SERVER = EngineAdapter(
+    name="sim-server",
+    launch=launch_server,
+    request_extras=openai_extras,
+    map_counters=map_counters,
+    reset_path="/reset_prefix_cache",
+    description="reference simulator behind its OpenAI-compatible HTTP server (subprocess)",
+)
+
+
+def _serve_main(argv: list[str]) -> int:
+    """`replay sim serve` with the CLI's error contract (one line, exit code), minus the imports
+    of every other subcommand."""
+    import click
+
+    from replay.cli.sim_cmd import command
+    from replay.errors import ReplayError
+
+    try:
+        command.main(args=argv, prog_name="replay sim", standalone_mode=False)
+    except click.ClickException as e:
+        e.show()
+        return e.exit_code
+    except ReplayError as e:
+        print(f"replay: {e}", file=sys.stderr)
+        return e.exit_code
+    except KeyboardInterrupt:
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_serve_main(sys.argv[1:]))

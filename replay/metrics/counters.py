@@ -1,0 +1,73 @@
+"""Pure helpers over parsed samples: sums with label filters, label lookups, canonical deltas.
+
+A counter that is absent from a scrape is None, never 0: "the engine does not report it" and "it
+stayed at zero" are different facts, and the report must not confuse them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+__all__ = ["sample_sum", "first_present", "label_value", "counter_deltas", "difference"]
+
+Samples = Mapping[str, Mapping[tuple, float]]
+
+
+def sample_sum(samples: Samples, name: str, **where: str) -> float | None:
+    """Sum of `name` over the series whose labels include every `where` pair; None when `name`
+    is not exposed at all, or no series matches the filter."""
+    series = samples.get(name)
+    if series is None:
+        return None
+    total = None
+    for labels, value in series.items():
+        lab = dict(labels)
+        if all(lab.get(k) == v for k, v in where.items()):
+            total = value if total is None else total + value
+    return total
+
+
+def first_present(*values: float | None) -> float | None:
+    """The first value that is not None (a newer metric name first, then its older spelling)."""
+    for v in values:
+        if v is not None:
+            return v
+    return None
+
+
+def difference(a: float | None, b: float | None) -> float | None:
+    """a - b, None if either side is unknown."""
+    if a is None or b is None:
+        return None
+    return a - b
+
+
+def label_value(samples: Samples, name: str, label: str) -> str | None:
+    """The value of `label` on the first series of `name` (info-style gauges like
+    vllm:cache_config_info carry configuration in labels); None when absent."""
+    for labels in samples.get(name, {}):
+        lab = dict(labels)
+        if label in lab:
+            return lab[label]
+    return None
+
+
+def counter_deltas(
+    start: Mapping[str, float | None],
+    end: Mapping[str, float | None],
+    names: Iterable[str] | None = None,
+) -> dict[str, float | None]:
+    """end - start per counter name (None where either scrape lacks it).
+
+    A negative delta means the counter was reset (server restarted mid-run); the end value is
+    then the best lower bound we have, so it is returned instead of a negative number.
+    """
+    keys = list(names) if names is not None else list(dict.fromkeys([*start, *end]))
+    out: dict[str, float | None] = {}
+    for k in keys:
+        a, b = start.get(k), end.get(k)
+        if a is None or b is None:
+            out[k] = None
+        else:
+            out[k] = b - a if b >= a else b
+    return out

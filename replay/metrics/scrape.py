@@ -1,0 +1,134 @@
+"""Scrape a server's /metrics over HTTP (httpx), once or every second into metrics.jsonl.
+
+The recorder runs in a thread so that it works beside any replay loop (the driver owns its own
+asyncio loop); each line is `{"t_s": seconds since the recorder started, "counters": {...}}` with
+cumulative canonical values, the time series of docs/results.md.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import IO
+
+import httpx
+import orjson
+
+from replay.errors import EngineError
+from replay.metrics.parse import parse_metrics
+
+__all__ = ["fetch_text", "fetch_samples", "MetricsRecorder", "http_client"]
+
+Samples = dict[str, dict[tuple, float]]
+
+
+def fetch_text(url: str, *, timeout_s: float = 5.0, client: httpx.Client | None = None) -> str:
+    """GET `url` and return its body; any transport error or non-2xx is an EngineError."""
+    try:
+        if client is None:
+            with http_client(url, timeout_s) as c:
+                r = c.get(url)
+        else:
+            r = client.get(url, timeout=timeout_s)
+    except httpx.HTTPError as e:
+        raise EngineError(f"{url}: metrics scrape failed: {type(e).__name__}: {e}") from None
+    if r.status_code // 100 != 2:
+        raise EngineError(f"{url}: metrics scrape returned HTTP {r.status_code}")
+    return r.text
+
+
+def fetch_samples(
+    url: str, *, timeout_s: float = 5.0, client: httpx.Client | None = None
+) -> Samples:
+    """Scrape and parse one /metrics page."""
+    return parse_metrics(fetch_text(url, timeout_s=timeout_s, client=client), source=url)
+
+
+class MetricsRecorder:
+    """Scrapes `url` every `interval_s` in a background thread and appends canonical counters.
+
+    `first` and `last` hold the parsed samples of the first and latest successful scrapes;
+    `errors` counts failed scrapes (a dying server shows up here, and in the gap in the series).
+    Use `scrape_now()` for the exact start/end scrapes around a replay.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        map_counters: Callable[[Samples], dict],
+        out_path: Path | None,
+        *,
+        interval_s: float = 1.0,
+        timeout_s: float = 5.0,
+    ):
+        self.url = url
+        self.map_counters = map_counters
+        self.out_path = out_path
+        self.interval_s = interval_s
+        self.timeout_s = timeout_s
+        self.first: Samples | None = None
+        self.last: Samples | None = None
+        self.errors = 0
+        self.last_error: str | None = None
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._client = http_client(url, timeout_s)
+        self._t0 = time.monotonic()
+        self._out: IO[bytes] | None = None
+
+    def scrape_now(self) -> Samples:
+        """One scrape, recorded in the series; raises EngineError when it fails."""
+        with self._lock:
+            samples = fetch_samples(self.url, timeout_s=self.timeout_s, client=self._client)
+            if self.first is None:
+                self.first = samples
+            self.last = samples
+            if self._out is not None:
+                line = {
+                    "t_s": round(time.monotonic() - self._t0, 3),
+                    "counters": self.map_counters(samples),
+                }
+                self._out.write(orjson.dumps(line) + b"\n")
+                self._out.flush()
+            return samples
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            try:
+                self.scrape_now()
+            except EngineError as e:
+                self.errors += 1
+                self.last_error = str(e)
+
+    def start(self) -> Samples:
+        """Open the series file, take the start scrape (first line of the series; raises
+        EngineError when it fails) and start the periodic scrapes. Returns the start samples."""
+        if self.out_path is not None:
+            self._out = open(self.out_path, "ab")  # noqa: SIM115 - closed in stop()
+        self._t0 = time.monotonic()
+        samples = self.scrape_now()
+        self._thread = threading.Thread(target=self._loop, name="metrics-recorder", daemon=True)
+        self._thread.start()
+        return samples
+
+    def stop(self) -> None:
+        """Stop the periodic scrapes and close files; safe to call twice."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=self.timeout_s + self.interval_s + 1)
+            self._thread = None
+        with self._lock:
+            if self._out is not None:
+                self._out.close()
+                self._out = None
+        self._client.close()
+
+
+def http_client(url: str, timeout_s: float) -> httpx.Client:
+    """A client for control-plane calls to `url`. Plain-http URLs skip building a TLS context
+    (~0.1 s per client, which adds up over a sweep's scrapes and probes)."""
+    plain = url.startswith("http://")
+    return httpx.Client(timeout=timeout_s, verify=not plain)

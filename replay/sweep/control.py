@@ -1,0 +1,104 @@
+"""Control-plane calls a sweep makes besides the replay: warm-up requests, a checked cache reset,
+and turning SIGTERM into the same clean stop as Ctrl-C."""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+
+from replay.errors import EngineError
+from replay.metrics.scrape import http_client
+
+__all__ = ["warmup", "reset_and_check", "probe_cached_tokens", "sigterm_as_interrupt"]
+
+PROBE_TOKENS = 512  # spans several KV blocks at any engine's block size (16..256)
+
+
+def _complete(client: httpx.Client, url: str, model: str | None, prompt: list[int], n: int) -> dict:
+    body: dict[str, Any] = {
+        "prompt": prompt,
+        "max_tokens": n,
+        "min_tokens": n,
+        "ignore_eos": True,
+        "temperature": 0,
+    }
+    if model:
+        body["model"] = model
+    try:
+        r = client.post(url + "/v1/completions", json=body)
+    except httpx.HTTPError as e:
+        raise EngineError(f"{url}: control request failed: {type(e).__name__}: {e}") from None
+    if r.status_code // 100 != 2:
+        raise EngineError(f"{url}/v1/completions: HTTP {r.status_code}: {r.text[:300]}")
+    try:
+        return r.json()
+    except ValueError:
+        raise EngineError(f"{url}/v1/completions: response is not JSON") from None
+
+
+def warmup(url: str, model: str | None, requests: int, timeout_s: float = 600.0) -> None:
+    """Send `requests` short completions (distinct prompts) so one-time costs (compilation,
+    graph capture, allocator growth) happen before the measured replay."""
+    with http_client(url, timeout_s) as client:
+        for i in range(requests):
+            _complete(client, url, model, [(7 * i + k) % 1000 + 1 for k in range(32)], 1)
+
+
+def probe_cached_tokens(client: httpx.Client, url: str, model: str | None) -> int | None:
+    """Send the fixed probe prompt; return the `cached_tokens` the server reports (None: none)."""
+    prompt = [(k * 31) % 997 + 3 for k in range(PROBE_TOKENS)]
+    usage = _complete(client, url, model, prompt, 1).get("usage") or {}
+    details = usage.get("prompt_tokens_details") or {}
+    cached = details.get("cached_tokens")
+    return int(cached) if cached is not None else None
+
+
+def reset_and_check(url: str, reset_path: str, model: str | None, timeout_s: float = 120.0) -> bool:
+    """Empty the prefix cache and prove it: the probe is sent (so it is cached), the cache reset,
+    the probe sent again, which must now report 0 cached tokens; a final reset removes the probe.
+    Returns False when the server does not report cached tokens (reset done, not verifiable);
+    raises EngineError when the reset fails or did not take effect."""
+    with http_client(url, timeout_s) as client:
+
+        def reset() -> None:
+            try:
+                r = client.post(url + reset_path)
+            except httpx.HTTPError as e:
+                raise EngineError(f"{url}{reset_path}: cache reset failed: {e}") from None
+            if r.status_code // 100 != 2:
+                raise EngineError(f"{url}{reset_path}: cache reset returned HTTP {r.status_code}")
+
+        probe_cached_tokens(client, url, model)
+        reset()
+        after = probe_cached_tokens(client, url, model)
+        reset()
+    if after is None:
+        return False
+    if after > 0:
+        raise EngineError(
+            f"{url}{reset_path}: cache reset did not take effect ({after} probe tokens still cached)"
+        )
+    return True
+
+
+@contextlib.contextmanager
+def sigterm_as_interrupt() -> Iterator[None]:
+    """While active, SIGTERM raises KeyboardInterrupt like Ctrl-C, so `finally` blocks stop the
+    server instead of the process dying with its server still running. Main thread only."""
+
+    def handler(signum, frame):
+        raise KeyboardInterrupt
+
+    try:
+        previous = signal.signal(signal.SIGTERM, handler)
+    except ValueError:  # not the main thread
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)

@@ -1,0 +1,202 @@
+"""One server process per run: start in its own process group, wait for health, stop by group.
+
+The server's stdout and stderr go to `server.log`. Stopping sends SIGTERM to the whole group
+(engines fork workers), waits `grace_s`, then SIGKILLs whatever of the group is left, so no
+process of a sweep outlives its run, even when the server's main process died first.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Mapping
+from pathlib import Path
+
+import httpx
+
+from replay.engines.base import LaunchSpec
+from replay.errors import EngineError
+from replay.metrics.scrape import http_client
+
+__all__ = ["ServerProcess", "log_tail", "free_port", "group_alive"]
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port the OS reports free right now (bound to port 0 and released)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def log_tail(path: Path, lines: int = 40, max_bytes: int = 64 * 1024) -> str:
+    """The last `lines` lines of a log file ('' when it does not exist)."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - max_bytes))
+            data = f.read()
+    except OSError:
+        return ""
+    return "\n".join(data.decode("utf-8", "replace").splitlines()[-lines:])
+
+
+def _group_from_proc(pgid: int) -> bool | None:
+    """Whether /proc lists a live (non-zombie) process in group `pgid`; None without /proc."""
+    proc = Path("/proc")
+    if not proc.is_dir():
+        return None
+    for entry in proc.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        # after the command: state, ppid, pgrp, ...
+        if len(fields) > 2 and fields[2] == str(pgid) and fields[0] not in ("Z", "X"):
+            return True
+    return False
+
+
+def group_alive(pgid: int) -> bool:
+    """Whether any process of the group `pgid` still runs (zombies waiting to be reaped by an
+    init that never reaps do not count)."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    listed = _group_from_proc(pgid)
+    return True if listed is None else listed
+
+
+class ServerProcess:
+    """A launched server. Use as a context manager, or call `start()` and always `stop()`."""
+
+    def __init__(
+        self, spec: LaunchSpec, log_path: Path, host: str, port: int, *, cwd: str | None = None
+    ):
+        self.spec = spec
+        self.log_path = log_path
+        self.host = host
+        self.port = port
+        self.cwd = cwd
+        self.proc: subprocess.Popen | None = None
+        self.pgid: int | None = None
+        self.ready_file = log_path.parent / ".server.port" if spec.ready_file_flag else None
+        self.exit_code: int | None = None
+
+    @property
+    def argv(self) -> list[str]:
+        """The exact argv started (the ready-file pair appended when the adapter asks for it)."""
+        if self.spec.ready_file_flag and self.ready_file is not None:
+            return [*self.spec.argv, self.spec.ready_file_flag, str(self.ready_file)]
+        return list(self.spec.argv)
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc else None
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def start(self, extra_env: Mapping[str, str] | None = None) -> None:
+        """Start the process in a new session (its own process group), log to `log_path`."""
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        if self.ready_file is not None:
+            self.ready_file.unlink(missing_ok=True)
+        env = {**os.environ, **self.spec.env, **(extra_env or {})}
+        log = open(self.log_path, "ab")  # noqa: SIM115 - the child holds it; we close our copy
+        try:
+            self.proc = subprocess.Popen(
+                self.argv,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+                cwd=self.cwd,
+                start_new_session=True,
+            )
+        except OSError as e:
+            raise EngineError(f"cannot start {self.argv[0]!r}: {e.strerror or e}") from None
+        finally:
+            log.close()
+        self.pgid = self.proc.pid  # start_new_session: the child leads its own group
+
+    def returncode(self) -> int | None:
+        """Exit code of the main process, None while it runs (or before start)."""
+        return self.proc.poll() if self.proc is not None else None
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def _died(self, what: str) -> EngineError:
+        code = self.proc.poll() if self.proc else None
+        tail = log_tail(self.log_path, 20)
+        return EngineError(f"server {what} (exit code {code}); last lines of its log:\n{tail}")
+
+    def wait_ready(self, timeout_s: float | None = None, poll_s: float = 0.1) -> None:
+        """Wait for the port announcement (ready-file servers), then for `health_path` to answer
+        2xx. Raises EngineError when the process exits first or `timeout_s` passes."""
+        timeout_s = self.spec.ready_timeout_s if timeout_s is None else timeout_s
+        deadline = time.monotonic() + timeout_s
+        if self.ready_file is not None:
+            while True:
+                if not self.alive():
+                    raise self._died("exited before announcing its port")
+                text = self.ready_file.read_text().strip() if self.ready_file.exists() else ""
+                if text.isdigit():
+                    self.port = int(text)
+                    break
+                if time.monotonic() > deadline:
+                    raise EngineError(f"server did not announce its port within {timeout_s:g} s")
+                time.sleep(poll_s)
+        url = self.base_url + self.spec.health_path
+        with http_client(url, 5.0) as client:
+            while True:
+                if not self.alive():
+                    raise self._died("exited before it was healthy")
+                with contextlib.suppress(httpx.HTTPError):
+                    if client.get(url).status_code // 100 == 2:
+                        return
+                if time.monotonic() > deadline:
+                    raise EngineError(f"server not healthy at {url} within {timeout_s:g} s")
+                time.sleep(poll_s)
+
+    def stop(self, grace_s: float = 15.0) -> int | None:
+        """SIGTERM the group, wait up to `grace_s` for all of it, SIGKILL what is left; returns
+        the exit code of the main process."""
+        if self.proc is None or self.pgid is None:
+            return None
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.pgid, signal.SIGTERM)
+        deadline = time.monotonic() + grace_s
+        while time.monotonic() < deadline:
+            # Workers may outlive their parent: wait for the whole group, not just the leader.
+            if self.proc.poll() is not None and not group_alive(self.pgid):
+                break
+            time.sleep(0.02)
+        if group_alive(self.pgid):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.pgid, signal.SIGKILL)
+        self.exit_code = self.proc.wait()
+        deadline = time.monotonic() + 5.0
+        while group_alive(self.pgid) and time.monotonic() < deadline:
+            time.sleep(0.02)  # SIGKILL is asynchronous
+        if self.ready_file is not None:
+            self.ready_file.unlink(missing_ok=True)
+        return self.exit_code
+
+    def __enter__(self) -> ServerProcess:
+        self.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()

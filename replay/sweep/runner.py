@@ -1,0 +1,409 @@
+"""Run a sweep: every planned run gets a fresh server (or the in-process simulator), a replay,
+counters and a run.json; finished runs are skipped on rerun; failures are recorded and skipped past.
+
+One run, for a launched engine: start the server in its own process group (log in server.log),
+wait for health, check that the configuration took effect (the adapter's `verify` on a scrape),
+optional warm-up and cache reset (checked), scrape at replay start, every second
+(metrics.jsonl) and at the end, replay, stop the server (SIGTERM to the group, SIGKILL after a
+grace), then write counters.json (deltas) and add experiment, point, repeat, engine and server
+facts to the driver's run.json.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+import traceback
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from replay.engines import provenance
+from replay.engines.base import CANONICAL_COUNTERS, EngineAdapter
+from replay.engines.registry import get_engine
+from replay.errors import ConfigError, EngineError, ReplayError
+from replay.metrics.counters import counter_deltas
+from replay.metrics.scrape import MetricsRecorder, fetch_samples
+from replay.sweep import control
+from replay.sweep.config import Experiment
+from replay.sweep.lifecycle import ServerProcess, free_port, log_tail
+from replay.sweep.plan import PlannedRun, plan_runs
+from replay.sweep.prepare import keep_experiment_file, load_trace, write_predictions
+from replay.sweep.results import clear_run_dir, is_finished, read_json, write_json_atomic
+from replay.sweep.summary import write_summary
+
+__all__ = ["RunOutcome", "SweepResult", "run_sweep"]
+
+
+@dataclass(frozen=True)
+class RunOutcome:
+    rel_dir: str
+    status: str  # ok, errors, failed, interrupted, skipped
+    reason: str | None = None
+
+
+@dataclass(frozen=True)
+class SweepResult:
+    exp_dir: Path
+    outcomes: list[RunOutcome]
+    interrupted: bool
+
+    @property
+    def failed(self) -> list[RunOutcome]:
+        return [o for o in self.outcomes if o.status == "failed"]
+
+
+def _run_options(adapter: EngineAdapter, run: Mapping[str, Any]):
+    from replay.driver.options import RunOptions
+
+    kwargs = {k: v for k, v in run.items() if k != "transport"}
+    return RunOptions(**kwargs, request_extras=adapter.request_extras)
+
+
+def _http_factory(url: str, run: Mapping[str, Any], model: str | None) -> Callable[[], Any]:
+    from replay.driver.http_common import HttpOptions
+
+    opts = HttpOptions(
+        base_url=url,
+        model=model,
+        limit=max(1, int(run["pool"])),
+        request_timeout_s=float(run.get("request_timeout_s", 600.0)),
+        connect_timeout_s=float(run.get("connect_timeout_s", 10.0)),
+    )
+    if run.get("transport", "aiohttp") == "httpx":
+        from replay.driver.http_httpx import HttpxTransport
+
+        return lambda: HttpxTransport(opts)
+    from replay.driver.http_aiohttp import AiohttpTransport
+
+    return lambda: AiohttpTransport(opts)
+
+
+def _served_model(options: Mapping[str, Any]) -> str | None:
+    name = options.get("served_model_name") or options.get("model")
+    return None if name is None else str(name)
+
+
+class _Watchdog:
+    """Kills the server when the run exceeds its time limit, so the replay fails fast (the driver
+    turns refused connections into a failed run); notes when the server died on its own."""
+
+    def __init__(self, server: ServerProcess, limit_s: float, grace_s: float):
+        self.server, self.limit_s, self.grace_s = server, limit_s, grace_s
+        self.timed_out = False
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="sweep-watchdog", daemon=True)
+
+    def _loop(self) -> None:
+        deadline = time.monotonic() + self.limit_s
+        while not self._stop.wait(0.2):
+            if time.monotonic() > deadline and self.server.alive():
+                self.timed_out = True
+                self.server.stop(self.grace_s)
+                return
+
+    def __enter__(self) -> _Watchdog:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join(timeout=2)
+
+
+class SweepRunner:
+    """Executes one experiment's planned runs in order. See `run_sweep`."""
+
+    def __init__(
+        self,
+        exp: Experiment,
+        *,
+        force: bool = False,
+        order: str | None = None,
+        results_root: str | Path | None = None,
+        echo: Callable[[str], None] = print,
+    ):
+        self.exp = exp
+        self.force = force
+        self.order = order
+        self.exp_dir = Path(results_root or exp.results_dir) / exp.name
+        self.echo = echo
+        self.trace: Any = None  # replay.trace.model.Trace, loaded by run()
+
+    # -- one run ----------------------------------------------------------------------------
+
+    def _finish_run_json(self, run_dir: Path, planned: PlannedRun, engine: str, extra: dict) -> str:
+        """Add the sweep's facts to run.json (written by the driver, or here if it never ran)."""
+        doc = read_json(run_dir / "run.json")
+        if not isinstance(doc, dict):
+            doc = {"status": "failed", "reason": "the replay did not start", "summary": None}
+        doc.update(
+            experiment=self.exp.name,
+            point=planned.point.as_dict(),
+            point_name=planned.point.name,
+            repeat=planned.repeat,
+            engine=engine,
+        )
+        server = extra.pop("server", None)
+        if server:
+            doc["server"] = server
+        if extra.get("status_override"):
+            doc["status"] = extra["status_override"]
+            doc["reason"] = extra.get("reason")
+        if extra.get("provenance"):
+            doc.setdefault("provenance", {})
+            doc["provenance"] = {**extra["provenance"], **(doc["provenance"] or {})}
+        write_json_atomic(run_dir / "run.json", doc)
+        return str(doc.get("status"))
+
+    def _run_in_process(self, planned: PlannedRun, run_dir: Path, engine: str, options, run):
+        from replay.driver.run import run_replay
+        from replay.sim.options import SimConfig
+        from replay.sim.transport import SimTransport
+
+        adapter = get_engine(engine)
+        config = SimConfig.from_options(**options)
+        holder: dict[str, Any] = {}
+
+        def factory():
+            holder["t"] = SimTransport(config)
+            return holder["t"]
+
+        prov = provenance.collect(adapter, options, probe_version=False)
+        prov["sim_config"] = config.to_dict()
+        prov["trace_spec"] = self.exp.trace.describe()
+        result = run_replay(
+            self.trace,
+            factory,
+            _run_options(adapter, run),
+            run_dir,
+            virtual=True,
+            provenance=prov,
+            counters_fn=lambda: holder["t"].counters(),
+        )
+        status = self._finish_run_json(run_dir, planned, engine, {})
+        return RunOutcome(planned.rel_dir, status, result.get("reason"))
+
+    def _warmup_and_reset(self, url: str, adapter: EngineAdapter, options, external: bool) -> None:
+        from replay.sweep import control as ctl
+
+        model = _served_model(options)
+        ctl.warmup(url, model, self.exp.warmup.requests)
+        reset_path = options.get("reset_path") or adapter.reset_path
+        wanted = self.exp.warmup.reset_cache and (external or self.exp.warmup.requests > 0)
+        if reset_path and wanted:
+            ctl.reset_and_check(url, str(reset_path), model)
+
+    def _run_launched(self, planned: PlannedRun, run_dir: Path, engine: str, options, run):
+        from replay.driver.run import run_replay
+
+        adapter = get_engine(engine)
+        external = engine == "external"
+        server: ServerProcess | None = None
+        info: dict[str, Any] = {}
+        recorder: MetricsRecorder | None = None
+        status_override: str | None = None
+        reason: str | None = None
+        result_status: str | None = None
+        prov: dict[str, Any] | None = None
+        try:
+            if external:
+                if not options.get("url"):
+                    raise ConfigError(self.exp.source, "engine.url", "required for engine external")
+                url = str(options["url"]).rstrip("/").removesuffix("/v1")
+                kind = options.get("kind")
+                mapper = get_engine(kind) if kind else adapter
+                prov = provenance.collect(adapter, options, probe_version=False)
+                info = {"url": url}
+            else:
+                port = self._port()
+                spec = adapter.launch(options, self.exp.host, port)
+                if spec is not None and spec.ready_file_flag:
+                    port = 0  # the server binds a free port itself and announces it
+                    spec = adapter.launch(options, self.exp.host, port)
+                assert spec is not None
+                mapper = adapter
+                ready_s = self.exp.timeouts.ready_s or spec.ready_timeout_s
+                server = ServerProcess(spec, run_dir / "server.log", self.exp.host, port)
+                prov = provenance.collect(adapter, options, argv=server.argv, env=spec.env)
+                server.start(_per_run_env(spec.env, run_dir))
+                info = {"pid": server.pid, "pgid": server.pgid, "argv": server.argv}
+                server.wait_ready(ready_s)
+                url = server.base_url
+                info["url"] = url
+            prov["trace_spec"] = self.exp.trace.describe()
+            metrics_url = url + mapper.metrics_path
+            try:
+                first = fetch_samples(metrics_url)
+            except EngineError as e:
+                first = None
+                info["metrics_error"] = str(e)
+            if first is not None:
+                problems = mapper.verify(first, options)
+                info["config_verified"] = not problems
+                if problems:
+                    raise EngineError("configuration did not take effect: " + "; ".join(problems))
+            self._warmup_and_reset(url, mapper, options, external)
+            counters_fn = None
+            if first is not None:
+                recorder = MetricsRecorder(
+                    metrics_url,
+                    mapper.map_counters,
+                    run_dir / "metrics.jsonl",
+                    interval_s=self.exp.timeouts.scrape_interval_s,
+                )
+                start = mapper.map_counters(recorder.start())
+                counters_fn = _end_counters(recorder, mapper, start, info)
+            factory = _http_factory(url, run, _served_model(options))
+            with contextlib.ExitStack() as stack:
+                dog = None
+                if server is not None:
+                    dog = stack.enter_context(
+                        _Watchdog(server, self.exp.timeouts.run_s, self.exp.timeouts.stop_grace_s)
+                    )
+                result = run_replay(
+                    self.trace,
+                    factory,
+                    _run_options(mapper, run),
+                    run_dir,
+                    virtual=False,
+                    provenance=prov,
+                    counters_fn=counters_fn,
+                )
+            reason = result.get("reason")
+            result_status = result.get("status")
+            if dog is not None and dog.timed_out:
+                status_override = "failed"
+                reason = f"run exceeded timeouts.run_s = {self.exp.timeouts.run_s:g} s"
+            elif (
+                server is not None and not server.alive() and result.get("status") != "interrupted"
+            ):
+                status_override = "failed"
+                reason = f"server exited during the run (exit code {server.returncode()})"
+        except ReplayError as e:
+            status_override, reason = "failed", str(e)
+        except KeyboardInterrupt:
+            status_override, reason = "interrupted", "interrupted before the replay finished"
+            raise
+        finally:
+            if recorder is not None:
+                recorder.stop()
+                info["scrape_errors"] = recorder.errors
+            if server is not None:
+                info["exit_code"] = server.stop(self.exp.timeouts.stop_grace_s)
+                bad = status_override is not None or result_status not in ("ok", None)
+                info["log_tail"] = log_tail(server.log_path, 40) if bad else None
+            self._record(run_dir, planned, engine, info, status_override, reason, prov)
+        doc = read_json(run_dir / "run.json") or {}
+        return RunOutcome(planned.rel_dir, str(doc.get("status")), reason)
+
+    def _record(self, run_dir, planned, engine, info, status_override, reason, prov=None) -> None:
+        extra: dict[str, Any] = {"server": info, "provenance": prov}
+        if status_override is not None:
+            extra.update(status_override=status_override, reason=reason)
+        self._finish_run_json(run_dir, planned, engine, extra)
+
+    def _port(self) -> int:
+        return self.exp.port or free_port(self.exp.host)
+
+    def run_one(self, planned: PlannedRun) -> RunOutcome:
+        run_dir = self.exp_dir / planned.rel_dir
+        if not self.force and is_finished(run_dir):
+            return RunOutcome(planned.rel_dir, "skipped", "finished earlier")
+        clear_run_dir(run_dir)
+        engine, options, run = self.exp.resolve(planned.point)
+        adapter = get_engine(engine)
+        try:
+            if adapter.in_process:
+                return self._run_in_process(planned, run_dir, engine, options, run)
+            return self._run_launched(planned, run_dir, engine, options, run)
+        except ReplayError as e:  # in-process runs; launched runs record their own
+            self._record(run_dir, planned, engine, {}, "failed", str(e))
+            return RunOutcome(planned.rel_dir, "failed", str(e))
+        except KeyboardInterrupt:
+            if adapter.in_process:
+                self._record(run_dir, planned, engine, {}, "interrupted", "interrupted")
+            raise
+        except Exception as e:
+            # A bug in an engine, the simulator or the driver fails this run, not the sweep;
+            # the traceback goes into run.json for whoever fixes it.
+            reason = f"crashed: {type(e).__name__}: {e}"
+            self._record(run_dir, planned, engine, {}, "failed", reason)
+            self._add_traceback(run_dir)
+            return RunOutcome(planned.rel_dir, "failed", reason)
+
+    def _add_traceback(self, run_dir: Path) -> None:
+        doc = read_json(run_dir / "run.json") or {}
+        doc["traceback"] = traceback.format_exc(limit=20)
+        write_json_atomic(run_dir / "run.json", doc)
+
+    # -- the sweep --------------------------------------------------------------------------
+
+    def run(self) -> SweepResult:
+        self.exp_dir.mkdir(parents=True, exist_ok=True)
+        keep_experiment_file(self.exp, self.exp_dir, force=self.force)
+        self.trace = load_trace(self.exp)
+        write_predictions(self.trace, self.exp, self.exp_dir, force=self.force)
+        planned = plan_runs(self.exp, self.order)
+        outcomes: list[RunOutcome] = []
+        interrupted = False
+        try:
+            with control.sigterm_as_interrupt():
+                for i, p in enumerate(planned, 1):
+                    outcome = self.run_one(p)
+                    outcomes.append(outcome)
+                    why = (
+                        f" ({outcome.reason})" if outcome.reason and outcome.status != "ok" else ""
+                    )
+                    self.echo(f"[{i}/{len(planned)}] {p.rel_dir}: {outcome.status}{why}")
+                    if outcome.status == "interrupted":
+                        interrupted = True
+                        break
+        except KeyboardInterrupt:
+            interrupted = True
+        finally:
+            write_summary(self.exp, self.exp_dir)
+        return SweepResult(self.exp_dir, outcomes, interrupted)
+
+
+def _per_run_env(env: Mapping[str, str], run_dir: Path) -> dict[str, str]:
+    """Per-run overrides: a multiprocess Prometheus directory must start empty for every server,
+    or counters of earlier runs would be summed into this one's."""
+    out: dict[str, str] = {}
+    if "PROMETHEUS_MULTIPROC_DIR" in env:
+        prom = run_dir / "prometheus"
+        prom.mkdir(parents=True, exist_ok=True)
+        out["PROMETHEUS_MULTIPROC_DIR"] = str(prom.resolve())
+    return out
+
+
+def _end_counters(recorder: MetricsRecorder, mapper: EngineAdapter, start: dict, info: dict):
+    """counters_fn for the driver: the end scrape minus the start scrape, canonical names.
+    Never raises: a server that is gone gives None counters and a note in run.json."""
+
+    def fn() -> dict[str, Any]:
+        try:
+            end = mapper.map_counters(recorder.scrape_now())
+        except EngineError as e:
+            info["end_scrape_error"] = str(e)
+            end = dict.fromkeys(start)
+        names = [*CANONICAL_COUNTERS, *(k for k in start if k not in CANONICAL_COUNTERS)]
+        return counter_deltas(start, end, names)
+
+    return fn
+
+
+def run_sweep(
+    exp: Experiment,
+    *,
+    force: bool = False,
+    order: str | None = None,
+    results_root: str | Path | None = None,
+    echo: Callable[[str], None] = print,
+) -> SweepResult:
+    """Run (or resume) every planned run of `exp`; write summary.parquet/csv at the end, also
+    after a failure or an interrupt. Runs whose run.json says ok/errors are skipped unless
+    `force`."""
+    return SweepRunner(exp, force=force, order=order, results_root=results_root, echo=echo).run()

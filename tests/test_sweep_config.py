@@ -1,0 +1,131 @@
+"""Experiment files: validation names the field; matrix -> points; seeded interleaved order."""
+
+from __future__ import annotations
+
+import pytest
+
+from replay.errors import ConfigError
+from replay.sweep.config import load_experiment
+from replay.sweep.plan import plan_runs
+
+BASE = """
+name = "t"
+repeats = 3
+seed = 5
+[trace]
+synth = { preset = "swe-agent", tasks = 2, seed = 1 }
+[run]
+pool = 2
+[engine]
+kind = "sim"
+device_kv_gib = 1.0
+[matrix]
+host_tier_gib = [0, 2, 8]
+admission = ["all", "fixed"]
+"""
+
+
+def write(tmp_path, text: str, name: str = "t.toml"):
+    p = tmp_path / name
+    p.write_text(text)
+    return p
+
+
+def test_points_are_the_product_in_file_order(tmp_path):
+    exp = load_experiment(write(tmp_path, BASE))
+    names = [p.name for p in exp.points()]
+    assert names[:3] == [
+        "host_tier_gib=0,admission=all",
+        "host_tier_gib=0,admission=fixed",
+        "host_tier_gib=2,admission=all",
+    ]
+    assert len(names) == 6
+    engine, options, run = exp.resolve(exp.points()[3])
+    assert engine == "sim" and options["host_tier_gib"] == 2 and options["admission"] == "fixed"
+    assert options["device_kv_gib"] == 1.0 and run == {"pool": 2}
+
+
+def test_order_is_interleaved_seeded_and_complete(tmp_path):
+    exp = load_experiment(write(tmp_path, BASE))
+    runs = plan_runs(exp)
+    assert len(runs) == 6 * 3
+    # every round holds each point once, so repeats of a point are spread over the sweep
+    for r in range(3):
+        chunk = runs[6 * r : 6 * (r + 1)]
+        assert {x.repeat for x in chunk} == {r}
+        assert sorted(x.point.name for x in chunk) == sorted(p.name for p in exp.points())
+    assert [x.rel_dir for x in plan_runs(exp)] == [x.rel_dir for x in runs]  # same seed, same order
+    sequential = plan_runs(exp, "sequential")
+    assert [x.point.name for x in sequential[:6]] == [p.name for p in exp.points()]
+    assert [x.rel_dir for x in runs] != [x.rel_dir for x in sequential]
+    other = load_experiment(write(tmp_path, BASE.replace("seed = 5", "seed = 6"), "u.toml"))
+    assert [x.rel_dir for x in plan_runs(other)] != [x.rel_dir for x in runs]
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        (("repeats = 3", "repeats = 0"), "repeats"),
+        (("repeats = 3", "repeats = 3\nbogus = 1"), "bogus"),
+        (('kind = "sim"', 'kind = "tgi"'), "engine.kind"),
+        (("host_tier_gib = [0, 2, 8]", "host_tier_gib = []"), "matrix.host_tier_gib"),
+        (("host_tier_gib = [0, 2, 8]", "host_tier_gib = [0, -2]"), "matrix.host_tier_gib"),
+        (('admission = ["all", "fixed"]', 'admission = ["all", "lottery"]'), "matrix.admission"),
+        (("device_kv_gib = 1.0", "device_kv_gib = 1.0\nwarp = 9"), "engine.warp"),
+        (("pool = 2", "pool = 0"), "run.pool"),
+        (("pool = 2", "pool = 2\nspeed = 3"), "run.speed"),
+        (('synth = { preset = "swe-agent", tasks = 2, seed = 1 }', ""), "trace"),
+    ],
+)
+def test_errors_name_the_field(tmp_path, change, field):
+    p = write(tmp_path, BASE.replace(*change))
+    with pytest.raises(ConfigError) as e:
+        load_experiment(p)
+    assert e.value.field == field
+    assert str(p) in str(e.value)
+
+
+def test_engine_specific_tables_apply_per_engine(tmp_path):
+    text = """
+[trace]
+path = "x.jsonl"
+[run]
+pool = 4
+[engine]
+kind = "vllm"
+model = "m"
+[engine.vllm]
+device_kv_gib = 4
+[engine.sglang]
+device_kv_tokens = 1000
+[matrix]
+engine = ["vllm", "sglang"]
+"""
+    exp = load_experiment(write(tmp_path, text))
+    (p_vllm, p_sglang) = exp.points()
+    assert exp.resolve(p_vllm)[1] == {"model": "m", "device_kv_gib": 4}
+    assert exp.resolve(p_sglang)[1] == {"model": "m", "device_kv_tokens": 1000}
+    bad = text.replace("device_kv_tokens = 1000", "device_kv_gib = 4")
+    with pytest.raises(ConfigError, match="not an option of engine sglang"):
+        load_experiment(write(tmp_path, bad, "bad.toml"))
+
+
+def test_unreadable_and_invalid_toml(tmp_path):
+    with pytest.raises(ConfigError, match="cannot read"):
+        load_experiment(tmp_path / "missing.toml")
+    with pytest.raises(ConfigError, match="not valid TOML"):
+        load_experiment(write(tmp_path, "name = \n"))
+
+
+def test_cli_reports_bad_files_in_one_line(tmp_path):
+    import subprocess
+    import sys
+
+    p = write(tmp_path, BASE.replace("pool = 2", "pool = -1"))
+    out = subprocess.run(
+        [sys.executable, "-m", "replay.cli.main", "sweep", str(p), "--dry-run"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert out.returncode == 2
+    assert out.stderr.startswith("replay: ") and "run.pool" in out.stderr
+    assert "Traceback" not in out.stderr

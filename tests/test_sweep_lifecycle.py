@@ -1,0 +1,106 @@
+"""Server lifecycle with real subprocesses: own process group, health wait, stop by group, and
+failures that carry the tail of the server's log."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+import pytest
+
+from replay.engines.base import LaunchSpec
+from replay.errors import EngineError
+from replay.sweep.lifecycle import ServerProcess, free_port, group_alive
+
+# A "server" that forks a worker (like engines do) and answers /health; it ignores SIGTERM when
+# asked to, so the SIGKILL path is exercised too.
+SERVER = r"""
+import http.server, os, signal, sys, time
+if sys.argv[2] == "stubborn":
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+child = os.fork()
+if child == 0:
+    if sys.argv[2] == "stubborn":
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    time.sleep(600)
+    os._exit(0)
+open(sys.argv[3], "w").write(str(child))
+print("worker", child, flush=True)
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200 if self.path == "/health" else 404)
+        self.end_headers()
+    def log_message(self, *a):
+        pass
+http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
+"""
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # a zombie is not a running process
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.parametrize("mode", ["polite", "stubborn"])
+def test_start_health_stop_kills_the_whole_group(tmp_path, mode):
+    port = free_port()
+    child_file = tmp_path / "child"
+    spec = LaunchSpec(
+        argv=[sys.executable, "-c", SERVER, str(port), mode, str(child_file)], ready_timeout_s=30
+    )
+    server = ServerProcess(spec, tmp_path / "server.log", "127.0.0.1", port)
+    try:
+        server.start()
+        server.wait_ready()
+        child = int(child_file.read_text())
+        assert server.pgid == server.pid and os.getpgid(child) == server.pgid
+        assert pid_alive(server.pid) and pid_alive(child)
+    finally:
+        t0 = time.monotonic()
+        server.stop(grace_s=1.0)
+    assert not pid_alive(server.pid) and not pid_alive(child)
+    assert not group_alive(server.pgid)
+    if mode == "stubborn":
+        assert time.monotonic() - t0 >= 1.0  # waited the grace, then SIGKILL
+        assert server.exit_code == -9
+
+
+def test_a_server_that_exits_early_fails_with_its_log_tail(tmp_path):
+    spec = LaunchSpec(
+        argv=[sys.executable, "-c", "import sys; print('bad flag --x'); sys.exit(3)"],
+        ready_timeout_s=30,
+    )
+    server = ServerProcess(spec, tmp_path / "server.log", "127.0.0.1", free_port())
+    try:
+        server.start()
+        with pytest.raises(EngineError) as e:
+            server.wait_ready()
+    finally:
+        server.stop(1.0)
+    assert "exit code 3" in str(e.value) and "bad flag --x" in str(e.value)
+
+
+def test_health_timeout_and_missing_binary(tmp_path):
+    spec = LaunchSpec(argv=[sys.executable, "-c", "import time; time.sleep(60)"])
+    server = ServerProcess(spec, tmp_path / "server.log", "127.0.0.1", free_port())
+    try:
+        server.start()
+        with pytest.raises(EngineError, match="not healthy"):
+            server.wait_ready(timeout_s=0.5)
+    finally:
+        server.stop(1.0)
+    assert not pid_alive(server.pid)
+    missing = ServerProcess(
+        LaunchSpec(argv=["/nonexistent/engine"]), tmp_path / "s2.log", "127.0.0.1", 1
+    )
+    with pytest.raises(EngineError, match="cannot start"):
+        missing.start()
