@@ -1,10 +1,290 @@
-"""`replay predict` subcommand (being built; see its issue)."""
+"""`replay predict`: working-set predictions (trace-driven, closed form, economics, sessions)."""
 
 from __future__ import annotations
 
+import math
+import os
+import sys
+import tempfile
+from pathlib import Path
+
 import click
+import orjson
+
+from replay.errors import ConfigError
+from replay.model.closed_form import closed_form
+from replay.model.economics import economics_table
+from replay.model.order import ServiceModel
+from replay.model.presets import GIB, get_hardware, get_model
+from replay.model.run_order import parse_order
+from replay.model.session import ACCESS, session_curve, turn_prices
+
+WHERE = "replay predict"
 
 
-@click.group(name="predict")
-def command() -> None:
-    """(not built yet)"""
+def _numbers(kind, text: str | None, name: str) -> list:
+    if text is None or not text.strip():
+        return []
+    try:
+        values = [kind(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise click.BadParameter(
+            f"expected comma-separated numbers, got {text!r}", param_hint=name
+        ) from None
+    if any(v < 0 for v in values):
+        raise click.BadParameter("values must be >= 0", param_hint=name)
+    return values
+
+
+def _require(value, flag: str, mode: str):
+    if value is None:
+        raise ConfigError(WHERE, flag, f"required with {mode}")
+    return value
+
+
+def _bytes_per_token(bytes_per_token: float | None, model: str | None, tp: int, mode: str) -> float:
+    if bytes_per_token is not None:
+        if bytes_per_token <= 0:
+            raise ConfigError(WHERE, "--bytes-per-token", "must be positive")
+        return bytes_per_token
+    if model is None:
+        raise ConfigError(WHERE, "--model", f"give --model (and --tp) or --bytes-per-token {mode}")
+    return float(get_model(model).bytes_per_token(tp))
+
+
+def _emit(doc: dict, as_json: bool, out: str | None, human) -> None:
+    text = orjson.dumps(doc, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY)
+    if out:
+        path = Path(out)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
+        with os.fdopen(fd, "wb") as f:
+            f.write(text + b"\n")
+        os.replace(tmp, path)
+    if as_json:
+        sys.stdout.write(text.decode() + "\n")
+    else:
+        human(doc)
+
+
+def _fmt(x, digits: int = 2) -> str:
+    if x is None:
+        return "inf"
+    if isinstance(x, float):
+        return f"{x:,.{digits}f}"
+    return f"{x:,}"
+
+
+def _print_tiers(doc: dict) -> None:
+    click.echo(
+        f"{doc['calls']} calls, {doc['prompt_tokens']:,} prompt tokens, order {doc['order']}, "
+        f"pool {doc['pool']}: working set {doc['working_set_gib']:.2f} GiB; "
+        f"device hits {doc['device_hit_tokens']:,} tokens"
+    )
+    pays = doc.get("offload_pays_from_gib")
+    click.echo(
+        "offload pays (restores >= writes) from " + ("never" if pays is None else f"{pays:.2f} GiB")
+    )
+    cols = [
+        ("host_tier_gib", "tier GiB"),
+        ("pressure_ratio", "pressure"),
+        ("host_coverage_tokens", "coverage"),
+        ("host_restore_tokens", "restored"),
+        ("computed_prefill_tokens", "computed"),
+        ("host_write_tokens", "written"),
+    ]
+    click.echo("  ".join(f"{h:>14}" for _, h in cols))
+    for row in doc["tiers"]:
+        click.echo("  ".join(f"{_fmt(row[k]):>14}" for k, _ in cols))
+
+
+def _print_closed_form(doc: dict) -> None:
+    click.echo(f"working set {doc['working_set_gib']:.2f} GiB per rank")
+    for t, p in zip(doc["tiers_gib"], doc["pressure_ratio"], strict=True):
+        click.echo(f"  tier {t:g} GiB: pressure {_fmt(p)}")
+
+
+def _print_economics(doc: dict) -> None:
+    for hw in doc["hardware"]:
+        ratios = ", ".join(
+            f"{p['prefix_tokens']}: {p['offload_benefit_ratio']:.3f}" for p in hw["prefix"]
+        )
+        click.echo(
+            f"{hw['hardware']:>18}  compute/host byte {hw['compute_per_host_byte']:>9,.0f}  "
+            f"benefit by prefix {ratios}"
+        )
+
+
+def _print_sessions(doc: dict) -> None:
+    click.echo(
+        f"device holds {doc['device_sessions']} sessions, host {doc['host_sessions']}; "
+        f"prices: host copy {doc['prices']['host_copy_s']:.2f} s, "
+        f"recompute {doc['prices']['recompute_s']:.2f} s"
+    )
+    for r in doc["curve"]:
+        click.echo(
+            f"  {r['sessions']:>3} sessions: device {r['device_hit_rate']:.2f}  host "
+            f"{r['host_hit_rate']:.2f}  miss {r['miss_rate']:.2f}  mean turn {r['mean_turn_s']:.2f} s"
+        )
+
+
+@click.command(name="predict")
+@click.option("--closed-form", "mode", flag_value="closed-form", help="Closed form (A-1)*N*beta.")
+@click.option("--economics", "mode", flag_value="economics", help="Offload economics per hardware.")
+@click.option("--sessions", "mode", flag_value="sessions", help="The explainer's session model.")
+@click.option("--trace", "trace_path", type=click.Path(dir_okay=False), help="Trace file.")
+@click.option("--pool", type=int, help="Active pool A (task slots).")
+@click.option("--model", help="Model preset (bytes per token, FLOPs).")
+@click.option("--tp", type=int, default=1, show_default=True, help="Tensor-parallel ranks.")
+@click.option(
+    "--bytes-per-token", type=float, help="KV bytes per token per rank (overrides --model)."
+)
+@click.option("--tiers-gib", default="0,5,10,20,40,80", show_default=True, help="Host tier sizes.")
+@click.option("--chunk-tokens", type=int, default=256, show_default=True, help="Host chunk size.")
+@click.option("--block-tokens", type=int, default=16, show_default=True, help="Device block size.")
+@click.option(
+    "--device-gib", type=float, default=0.0, show_default=True, help="Device KV per rank."
+)
+@click.option("--device-tokens", type=int, help="Device KV in tokens (overrides --device-gib).")
+@click.option(
+    "--order",
+    default="pool",
+    show_default=True,
+    help="Reference order: pool (closed loop of --pool slots), trace, or run:DIR (a recorded run).",
+)
+@click.option("--no-pays", is_flag=True, help="Skip the search for where offload starts paying.")
+@click.option("--mean-prompt-tokens", type=float, help="Closed form: mean prompt N (else trace).")
+@click.option(
+    "--hardware",
+    help="Economics: comma-separated presets (default all); sessions: one; trace mode: the "
+    "service times of --order pool come from this card and --model.",
+)
+@click.option("--prefix-tokens", default="1024,8192,32768,131072", show_default=True)
+@click.option(
+    "--efficiency",
+    type=float,
+    help="Fraction of peak FLOP/s (and HBM bandwidth) achieved: default 1.0 for economics and "
+    "sessions, 0.6 (the simulator's) for the service times of --order pool with --hardware.",
+)
+@click.option(
+    "--attention/--no-attention",
+    default=None,
+    help="Count attention FLOPs (default: on for economics, off for sessions as the explainer).",
+)
+@click.option("--session-tokens", type=int, help="Sessions: history tokens per session.")
+@click.option("--host-gib", type=float, default=0.0, show_default=True, help="Sessions: host tier.")
+@click.option("--max-sessions", type=int, default=12, show_default=True)
+@click.option("--access", type=click.Choice(ACCESS), default="round-robin", show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@click.option("-o", "--out", type=click.Path(dir_okay=False), help="Also write the JSON here.")
+def command(**o) -> None:
+    """Predict computed prefill, restores and writes per host tier before a run.
+
+    \b
+    replay predict --trace T --pool 16 --model qwen3-coder-30b-a3b --tp 8 --device-gib 10 \\
+        --tiers-gib 0,5,10,20,40,80 --json
+    replay predict --closed-form --pool 16 --mean-prompt-tokens 33000 --bytes-per-token 24576 \\
+        --tiers-gib 5,10,20 --json
+    replay predict --economics --model qwen3-coder-30b-a3b --tp 8
+    replay predict --sessions --model llama-3-70b --hardware explainer-4xa100 \\
+        --session-tokens 100000 --device-gib 167.6
+    """
+    mode = o["mode"] or "trace"
+    tiers = _numbers(float, o["tiers_gib"], "--tiers-gib")
+    if mode == "closed-form":
+        pool = _require(o["pool"], "--pool", "--closed-form")
+        bpt = _bytes_per_token(o["bytes_per_token"], o["model"], o["tp"], "with --closed-form")
+        mean = o["mean_prompt_tokens"]
+        if mean is None:
+            path = _require(o["trace_path"], "--mean-prompt-tokens", "--closed-form (or --trace)")
+            from replay.trace.io import read_trace
+
+            trace = read_trace(path)
+            mean = trace.prompt_tokens / max(1, len(trace))
+        doc = closed_form(pool, mean, bpt, tiers).to_dict()
+        _emit(doc, o["as_json"], o["out"], _print_closed_form)
+    elif mode == "economics":
+        model = get_model(_require(o["model"], "--model", "--economics"))
+        names = [h.strip() for h in (o["hardware"] or "").split(",") if h.strip()]
+        table = economics_table(
+            model,
+            _numbers(int, o["prefix_tokens"], "--prefix-tokens"),
+            hardware=[get_hardware(n) for n in names] if names else None,
+            tp=o["tp"],
+            efficiency=o["efficiency"] or 1.0,
+            attention=True if o["attention"] is None else o["attention"],
+        )
+        doc = {"model": model.name, "tp": o["tp"], "hardware": [e.to_dict() for e in table]}
+        _emit(doc, o["as_json"], o["out"], _print_economics)
+    elif mode == "sessions":
+        model = get_model(_require(o["model"], "--model", "--sessions"))
+        hw = get_hardware(_require(o["hardware"], "--hardware", "--sessions"))
+        tokens = _require(o["session_tokens"], "--session-tokens", "--sessions")
+        prices = turn_prices(
+            model,
+            hw,
+            tokens,
+            tp=o["tp"],
+            efficiency=o["efficiency"] or 1.0,
+            attention=bool(o["attention"]),
+        )
+        doc = session_curve(
+            o["max_sessions"],
+            session_tokens=tokens,
+            bytes_per_token=model.bytes_per_token(o["tp"]),
+            device_bytes=o["device_gib"] * GIB,
+            host_bytes=o["host_gib"] * GIB,
+            prices=prices,
+            access=o["access"],
+        )
+        doc |= {"model_preset": model.name, "hardware": hw.name, "tp": o["tp"]}
+        _emit(doc, o["as_json"], o["out"], _print_sessions)
+    else:
+        _trace_mode(o, tiers)
+
+
+def _trace_mode(o: dict, tiers: list[float]) -> None:
+    from replay.trace.io import read_trace
+
+    path = _require(o["trace_path"], "--trace", "trace-driven predictions")
+    pool = _require(o["pool"], "--pool", "--trace")
+    bpt = _bytes_per_token(o["bytes_per_token"], o["model"], o["tp"], "with --trace")
+    device_tokens = o["device_tokens"]
+    if device_tokens is None:
+        if o["device_gib"] < 0:
+            raise ConfigError(WHERE, "--device-gib", "must be >= 0")
+        device_tokens = int(math.floor(o["device_gib"] * GIB / bpt))
+    for flag in ("chunk_tokens", "block_tokens"):
+        if o[flag] <= 0:
+            raise ConfigError(WHERE, "--" + flag.replace("_", "-"), "must be positive")
+    service = None
+    if o["hardware"]:
+        if o["model"] is None:
+            raise ConfigError(WHERE, "--model", "--hardware needs --model for service times")
+        service = ServiceModel.from_presets(
+            get_model(o["model"]), get_hardware(o["hardware"]), o["tp"], o["efficiency"] or 0.6
+        )
+    from replay.model.predict import predict_tiers  # pulls in numba: load only when predicting
+
+    trace = read_trace(path)
+    doc = predict_tiers(
+        trace,
+        pool=pool,
+        bytes_per_token=bpt,
+        chunk_tokens=o["chunk_tokens"],
+        device_tokens=device_tokens,
+        tiers_gib=tiers,
+        order=parse_order(o["order"]),
+        block_tokens=o["block_tokens"],
+        offload_pays=not o["no_pays"],
+        service=service,
+    )
+    if doc["order"] == "given":
+        doc["order"] = o["order"]
+    doc |= {
+        "trace": str(path),
+        "model_preset": o["model"],
+        "hardware": o["hardware"],
+        "tp": o["tp"],
+    }
+    _emit(doc, o["as_json"], o["out"], _print_tiers)

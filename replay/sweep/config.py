@@ -111,7 +111,7 @@ class PredictSpec:
     device_kv_gib: float | None = None
     chunk_tokens: int | None = None
     block_tokens: int | None = None
-    order: str = "trace"
+    order: str = "pool"  # simulated closed loop of the run's pool; "trace" would mean a pool of one
 
 
 @dataclass(frozen=True)

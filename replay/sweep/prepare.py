@@ -75,6 +75,7 @@ def prediction_inputs(exp: Experiment, point: Point) -> dict[str, Any]:
         "chunk_tokens": int(pick("chunk_tokens", 256)),
         "block_tokens": int(pick("block_tokens", 16)),
         "pool": int(run["pool"]),
+        "hardware": pick("hardware"),
         "host_tier_gib": float(options.get(TIER_KEY, 0) or 0),
     }
 
@@ -89,8 +90,9 @@ def _groups(exp: Experiment) -> dict[str, list[Point]]:
 
 
 def _predict_group(trace, exp: Experiment, points: list[Point]) -> dict[str, Any]:
+    from replay.model.order import ServiceModel
     from replay.model.predict import predict_tiers
-    from replay.model.presets import get_model
+    from replay.model.presets import get_hardware, get_model
 
     inputs = prediction_inputs(exp, points[0])
     if inputs["model"] is None or inputs["device_kv_gib"] is None:
@@ -106,6 +108,13 @@ def _predict_group(trace, exp: Experiment, points: list[Point]) -> dict[str, Any
         tiers_gib=tiers,
         order=exp.predict.order,
         block_tokens=inputs["block_tokens"],
+        service=(
+            ServiceModel.from_presets(
+                get_model(str(inputs["model"])), get_hardware(str(inputs["hardware"])), inputs["tp"]
+            )
+            if inputs["hardware"]
+            else None
+        ),
     )
     return {"inputs": dict(inputs, bytes_per_token=bytes_per_token), "prediction": prediction}
 

@@ -1,0 +1,184 @@
+"""`replay predict` end to end: JSON on stdout, the same JSON in -o FILE, one-line errors."""
+
+import subprocess
+import sys
+
+import numpy as np
+import orjson
+import pytest
+
+from replay.cli.main import main
+from replay.trace.io import write_trace
+from tests.model_traces import agent_tasks, make_trace
+
+
+def run_cli(capsys, *argv):
+    with pytest.raises(SystemExit) as e:
+        main(list(argv))
+    out = capsys.readouterr()
+    return e.value.code, out.out, out.err
+
+
+def ok_json(capsys, *argv):
+    try:
+        main(list(argv))
+    except SystemExit as e:
+        assert e.code in (0, None), capsys.readouterr().err
+    return orjson.loads(capsys.readouterr().out)
+
+
+@pytest.fixture(scope="module")
+def trace_file(tmp_path_factory):
+    path = tmp_path_factory.mktemp("t") / "small.jsonl.gz"
+    write_trace(make_trace(agent_tasks(np.random.default_rng(5), 4, 5, head=20)), path)
+    return path
+
+
+def test_closed_form_json(capsys):
+    doc = ok_json(
+        capsys,
+        "predict",
+        "--closed-form",
+        "--pool",
+        "16",
+        "--mean-prompt-tokens",
+        "33000",
+        "--bytes-per-token",
+        "24576",
+        "--tiers-gib",
+        "5,10,20",
+        "--json",
+    )
+    assert round(doc["working_set_gib"], 1) == 11.3
+    assert [round(p, 1) for p in doc["pressure_ratio"]] == [2.3, 1.1, 0.6]
+
+
+def test_trace_mode_prints_and_writes_the_same_prediction(capsys, trace_file, tmp_path):
+    out = tmp_path / "predictions.json"
+    argv = [
+        "predict",
+        "--trace",
+        str(trace_file),
+        "--pool",
+        "2",
+        "--bytes-per-token",
+        "1",
+        "--chunk-tokens",
+        "4",
+        "--device-tokens",
+        "64",
+        "--block-tokens",
+        "4",
+        "--tiers-gib",
+        "0,1",
+        "--json",
+        "-o",
+        str(out),
+    ]
+    doc = ok_json(capsys, *argv)
+    assert orjson.loads(out.read_bytes()) == doc
+    assert [t["host_tier_gib"] for t in doc["tiers"]] == [0, 1]
+    assert doc["order"] == "pool" and doc["calls"] == 20
+    for t in doc["tiers"]:
+        assert (
+            t["computed_prefill_tokens"] + t["host_restore_tokens"] + t["device_hit_tokens"]
+            == doc["prompt_tokens"]
+        )
+    again = ok_json(capsys, *argv[:-2])  # deterministic: same inputs, same prediction
+    assert again == doc
+
+
+def test_trace_mode_with_model_and_hardware_service_times(capsys, trace_file):
+    doc = ok_json(
+        capsys,
+        "predict",
+        "--trace",
+        str(trace_file),
+        "--pool",
+        "3",
+        "--model",
+        "llama-3-8b",
+        "--hardware",
+        "h100",
+        "--tiers-gib",
+        "0.001",
+        "--chunk-tokens",
+        "4",
+        "--no-pays",
+        "--json",
+    )
+    assert doc["bytes_per_token"] == 131072 and doc["offload_pays_from_gib"] is None
+
+
+def test_economics_and_sessions(capsys):
+    eco = ok_json(
+        capsys,
+        "predict",
+        "--economics",
+        "--model",
+        "llama-3-70b",
+        "--hardware",
+        "h20,h800",
+        "--json",
+    )
+    assert [h["hardware"] for h in eco["hardware"]] == ["h20", "h800"]
+    ses = ok_json(
+        capsys,
+        "predict",
+        "--sessions",
+        "--model",
+        "llama-3-70b",
+        "--hardware",
+        "explainer-4xa100",
+        "--session-tokens",
+        "100000",
+        "--device-gib",
+        "167.6",
+        "--max-sessions",
+        "6",
+        "--json",
+    )
+    assert [r["device_hit_rate"] for r in ses["curve"]] == [1, 1, 1, 1, 1, 0]
+
+
+@pytest.mark.parametrize(
+    "argv, says",
+    [
+        (["--closed-form", "--mean-prompt-tokens", "5", "--bytes-per-token", "1"], "--pool"),
+        (
+            ["--trace", "/nonexistent/t.jsonl", "--pool", "2", "--bytes-per-token", "1"],
+            "nonexistent",
+        ),
+        (["--economics", "--model", "gpt-9"], "valid: llama-3-70b"),
+    ],
+)
+def test_bad_input_is_one_line_exit_2(capsys, argv, says):
+    code, out, err = run_cli(capsys, "predict", *argv)
+    assert code == 2
+    assert err.startswith("replay: ") and says in err and "Traceback" not in err
+
+
+def test_unknown_run_directory(capsys, trace_file):
+    code, _, err = run_cli(
+        capsys,
+        "predict",
+        "--trace",
+        str(trace_file),
+        "--pool",
+        "2",
+        "--bytes-per-token",
+        "1",
+        "--order",
+        "run:/nonexistent",
+    )
+    assert code == 2 and "run directory" in err
+
+
+def test_no_traceback_from_the_real_entry_point():
+    r = subprocess.run(
+        [sys.executable, "-m", "replay.cli.main", "predict", "--economics"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert r.returncode == 2 and r.stderr.startswith("replay: ") and "Traceback" not in r.stderr
