@@ -1,10 +1,59 @@
-"""`replay sim` subcommand (being built; see its issue)."""
+"""`replay sim`: the reference engine simulator's OpenAI-compatible server."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import signal
+
 import click
+
+from replay.errors import ConfigError
+from replay.sim.options import SimConfig, sim_options
 
 
 @click.group(name="sim")
 def command() -> None:
-    """(not built yet)"""
+    """The reference engine simulator (device + host KV tiers, roofline timing)."""
+
+
+@command.command(name="serve")
+@click.option("--host", default="127.0.0.1", show_default=True, help="address to bind")
+@click.option("--port", type=int, required=True, help="port to bind (0: any free port)")
+@click.option("--ready-file", default=None, help="write the bound port here once listening")
+@sim_options
+def serve_cmd(host: str, port: int, ready_file: str | None, **simopts) -> None:
+    """Serve /v1/completions, /v1/models, /health, /metrics, /reset_prefix_cache."""
+    from replay.sim.server import serve
+
+    config = SimConfig.from_options(**simopts)
+    if not 0 <= port <= 65535:
+        raise ConfigError("--port", "port", f"must be in 0..65535, got {port}")
+
+    async def main() -> None:
+        task = asyncio.current_task()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, task.cancel)  # type: ignore[union-attr]
+        try:
+            await serve(config, host, port, ready_file)
+        except OSError as e:
+            raise ConfigError("--port", "port", f"cannot bind {host}:{port}: {e}") from None
+
+    with contextlib.suppress(asyncio.CancelledError):
+        asyncio.run(main())
+
+
+@command.command(name="presets")
+def presets_cmd() -> None:
+    """List the hardware and model presets with their key numbers."""
+    from replay.model.presets import HARDWARE, MODELS
+
+    for h in HARDWARE.values():
+        click.echo(
+            f"hardware {h.name:18s} {h.peak_flops / 1e12:8.1f} TFLOP/s  "
+            f"HBM {h.hbm_bytes_per_s / 1e9:7.0f} GB/s  link {h.host_link_bytes_per_s / 1e9:5.0f} "
+            f"GB/s  compute/host-byte {h.compute_per_host_byte:8.0f}"
+        )
+    for m in MODELS.values():
+        click.echo(f"model    {m.name:20s} KV bytes/token at TP1 {m.bytes_per_token(1)}")

@@ -79,6 +79,15 @@ def map_counters(samples: Samples) -> dict[str, float | None]:
     }
 
 
+def sim_extras(max_tokens: int, forced_output_ids: list[int] | None) -> dict[str, Any]:
+    """OpenAI length forcing plus the simulator's own field carrying the recorded output ids, so the
+    KV it caches for the output is the KV the next recorded prompt reuses."""
+    extras = openai_extras(max_tokens, forced_output_ids)
+    if forced_output_ids is not None:
+        extras["forced_output_ids"] = list(forced_output_ids)
+    return extras
+
+
 SIM = EngineAdapter(
     name="sim",
     launch=lambda options, host, port: None,
@@ -92,9 +101,10 @@ SIM = EngineAdapter(
 SIM_SERVER = EngineAdapter(
     name="sim-server",
     launch=launch_server,
-    request_extras=openai_extras,
+    request_extras=sim_extras,
     map_counters=map_counters,
     reset_path="/reset_prefix_cache",
+    forcing=True,
     description="reference simulator behind its OpenAI-compatible HTTP server (subprocess)",
 )
 

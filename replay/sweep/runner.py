@@ -168,7 +168,7 @@ class SweepRunner:
         holder: dict[str, Any] = {}
 
         def factory():
-            holder["t"] = SimTransport(config)
+            holder["t"] = SimTransport(config, vocab_size=self.trace.header.vocab_size)
             return holder["t"]
 
         prov = provenance.collect(adapter, options, probe_version=False)

@@ -1,0 +1,495 @@
+"""The simulated serving engine: continuous batching over the device and host tiers.
+
+Pure and synchronous: `schedule(now)` admits waiting requests and returns the next step plan (one
+mixed step, or a stretch of decode-only steps that an arrival may cut short); `commit(plan, steps,
+t)` applies the steps that ran. `replay.sim.runner` drives it on a clock. Same requests in the same
+order at the same times give the same result, bit for bit.
+
+Scheduling (vLLM-like): running decodes take one token each, then running prefills take chunks of
+the remaining token budget, then waiting requests are admitted first come first served while seats
+(`max_num_seqs`), budget and device blocks allow. Admission looks up the device prefix (full blocks,
+at least one token left to compute), then the host tier; restored tokens load over the host link
+(FIFO, shared with writes) before the request computes. Blocks for the whole prefill are held from
+admission; decode blocks are taken as sequences grow, and when none are left the newest running
+request is preempted (its blocks freed, recomputed later).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from replay.sim.admission import make_admission
+from replay.sim.cost import CostModel
+from replay.sim.device import DeviceTier
+from replay.sim.host import HostTier
+from replay.sim.options import SimConfig
+
+__all__ = ["Seq", "Plan", "SimEngine", "EXTRA_COUNTERS"]
+
+EXTRA_COUNTERS = (
+    "chunks_written",
+    "chunks_evicted",
+    "chunks_evicted_unread",
+    "chunks_restored",
+    "declined_writes",
+    "device_evicted_blocks",
+    "requests",
+    "rejected_requests",
+)
+
+_MAX_STRETCH = 4096
+
+
+@dataclass(eq=False)
+class Seq:
+    """One request inside the engine. `keys`: block keys of the full blocks of prompt + output."""
+
+    task: str
+    prompt_len: int
+    output_len: int
+    keys: np.ndarray
+    arrival: float = 0.0
+    state: str = "new"  # waiting, loading, prefill, decode, done
+    prefill_len: int = 0
+    computed: int = 0
+    generated: int = 0
+    kv: int = 0
+    held: int = 0
+    anon: int = 0
+    ready_at: float = 0.0
+    admitted: bool = False
+    device_hit_tokens: int = 0
+    host_restore_tokens: int = 0
+    t_first: float | None = None
+    t_end: float | None = None
+    on_first: Callable[[Seq], None] | None = None
+    on_done: Callable[[Seq], None] | None = None
+    on_fail: Callable[[Seq, BaseException], None] | None = None
+    output_ids: np.ndarray | None = None  # what the request "generates" (fronts set it)
+    order: int = 0
+
+    @property
+    def cached_tokens(self) -> int:
+        return self.device_hit_tokens + self.host_restore_tokens
+
+
+@dataclass
+class Plan:
+    """The next step(s): `cum` holds the end offset (s) of each step after `start`."""
+
+    start: float
+    cum: np.ndarray
+    chunk_steps: list[list[tuple[Seq, int]]] | None = None  # prefill chunks of each step
+    decode: list[Seq] = field(default_factory=list)
+    interruptible: bool = False
+
+
+class SimEngine:
+    """Block manager + host tier + admission + cost model + continuous-batching scheduler."""
+
+    def __init__(self, cfg: SimConfig, debug: bool = False, stretch: bool = True):
+        self.cfg = cfg
+        self.debug = debug  # check every invariant after each step (tests)
+        self.max_stretch = _MAX_STRETCH if stretch else 1  # 1: plan step by step (tests)
+        self.B = cfg.block_tokens
+        self.C = cfg.chunk_tokens
+        self.R = cfg.chunk_tokens // cfg.block_tokens
+        self.cost = CostModel(
+            cfg.model_preset,
+            cfg.hardware_preset,
+            cfg.tp,
+            cfg.efficiency,
+            cfg.attention_flops,
+            cfg.step_overhead_s,
+        )
+        self.device = DeviceTier(cfg.device_blocks, cfg.device_eviction)
+        self.host = HostTier(cfg.host_chunks) if cfg.host_chunks > 0 else None
+        self.admission = make_admission(cfg)
+        self.waiting: deque[Seq] = deque()
+        self.running: list[Seq] = []
+        self.link_free_at = 0.0
+        self.pins: dict[str, tuple[np.ndarray, float]] = {}
+        self._lookups: dict[int, int] = {}  # selective: times a chunk key was looked up
+        self._pos = np.zeros(1024, dtype=np.int32)  # block index of each block key
+        self._order = 0
+        self.c: dict[str, int] = dict.fromkeys(
+            (
+                "prompt_tokens",
+                "output_tokens",
+                "device_hit_tokens",
+                "host_restore_tokens",
+                "computed_prefill_tokens",
+                "host_write_tokens",
+                "host_evicted_tokens",
+                "preemptions",
+            )
+            + EXTRA_COUNTERS,
+            0,
+        )
+
+    # -- intake ---------------------------------------------------------------------------------
+
+    def max_request_tokens(self) -> int:
+        """Largest prompt + output a request may have: the device must hold it alone."""
+        return min(self.cfg.max_model_len, self.device.capacity * self.B)
+
+    def submit(self, seq: Seq, now: float) -> None:
+        """Queue a request. The caller checked its size against `max_request_tokens`."""
+        if len(seq.keys) and self.cfg.write_policy == "write-back":
+            self._note_positions(seq.keys)
+        seq.arrival = now
+        seq.state = "waiting"
+        seq.prefill_len = seq.prompt_len
+        self.c["requests"] += 1
+        self.c["prompt_tokens"] += seq.prompt_len
+        self.waiting.append(seq)
+
+    def _note_positions(self, keys: np.ndarray) -> None:
+        m = int(keys.max())
+        if m >= len(self._pos):
+            self._pos = np.concatenate(
+                [self._pos, np.zeros(max(len(self._pos), m + 1), dtype=np.int32)]
+            )
+        self._pos[keys] = np.arange(len(keys), dtype=np.int32)
+
+    @property
+    def busy(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    def next_timer(self) -> float | None:
+        """Earliest time something happens without an arrival: a restore lands, a pin expires."""
+        ts = [s.ready_at for s in self.running if s.state == "loading"]
+        ts += [exp for _, exp in self.pins.values()]
+        return min(ts) if ts else None
+
+    # -- scheduling -----------------------------------------------------------------------------
+
+    def schedule(self, now: float) -> Plan | None:
+        """Admit what fits and plan the next step(s); None when nothing can compute now."""
+        self._expire_pins(now)
+        for s in self.running:
+            if s.state == "loading" and s.ready_at <= now:
+                s.state = "prefill"
+        while True:
+            decode = [s for s in self.running if s.state == "decode"]
+            one = [self._blocks_for(s, s.kv + 1) for s in decode]
+            need = sum(one)
+            if need <= self.device.n_available:
+                break
+            if not self._make_room(need):
+                self._preempt(self.running[-1], now)
+        if need:
+            self._allocate(need, now)
+            for s, n in zip(decode, one, strict=True):
+                s.anon += n
+        budget = self.cfg.max_num_batched_tokens - len(decode)
+        chunks: list[tuple[Seq, int]] = []
+        for s in self.running:
+            if s.state == "prefill" and budget > 0:
+                n = min(s.prefill_len - s.computed, budget)
+                chunks.append((s, n))
+                budget -= n
+        while self.waiting and budget > 0 and len(self.running) < self.cfg.max_num_seqs:
+            s = self.waiting[0]
+            if not self._admit(s, now):
+                # first come first served, except that a call whose task holds a TTL pin goes
+                # ahead (Continuum): it reuses its pinned blocks instead of waiting behind them
+                pinned = next((w for w in self.waiting if w.task in self.pins), None)
+                if pinned is None or not self._admit(pinned, now):
+                    break
+                s = pinned
+            self.waiting.remove(s)
+            if s.state == "prefill":
+                n = min(s.prefill_len - s.computed, budget)
+                chunks.append((s, n))
+                budget -= n
+        if chunks:
+            return self._mixed_plan(now, decode)
+        if not decode:
+            return None
+        # a decode-only stretch: until the first sequence finishes, a timer fires or blocks run
+        # out; the first step's blocks are held already, commit takes those of later steps
+        steps = min(min(s.output_len - s.generated for s in decode), self.max_stretch)
+        steps = self._steps_that_fit(decode, steps)
+        ctx = sum(s.kv for s in decode)
+        cum = np.cumsum(self.cost.decode_steps_s(len(decode), ctx, steps))
+        timer = self.next_timer()
+        if timer is not None and timer > now:
+            k = int(np.searchsorted(cum, timer - now, side="left")) + 1
+            cum = cum[: max(1, k)]
+        return Plan(now, cum, None, decode, interruptible=True)
+
+    def _mixed_plan(self, now: float, decode: list[Seq]) -> Plan:
+        """Steps with prefill chunks, repeated while their shape holds: every step gives each
+        decode one token and the prefills their chunks in running order, up to the step where a
+        prefill completes or a decode finishes (exactly what step-by-step scheduling would do,
+        since nothing else can change before then). An arrival cuts it after the current step."""
+        prefills = [s for s in self.running if s.state == "prefill"]
+        rem = [s.prefill_len - s.computed for s in prefills]
+        done_at = [s.computed for s in prefills]
+        n_dec = len(decode)
+        budget0 = self.cfg.max_num_batched_tokens - n_dec
+        max_steps = self.max_stretch
+        if decode:
+            max_steps = min(max_steps, min(s.output_len - s.generated for s in decode))
+        ctx = sum(s.kv for s in decode)
+        steps: list[list[tuple[Seq, int]]] = []
+        durs: list[float] = []
+        while True:
+            if steps and self.waiting and sum(rem) < budget0:
+                break  # this step leaves budget over: a waiting request may join it
+            b = budget0
+            step: list[tuple[Seq, int]] = []
+            work: list[tuple[int, int]] = []
+            finished = False
+            for i, s in enumerate(prefills):
+                if b <= 0:
+                    break
+                n = min(rem[i], b)
+                step.append((s, n))
+                work.append((n, done_at[i]))
+                rem[i] -= n
+                done_at[i] += n
+                b -= n
+                finished = finished or rem[i] == 0
+            steps.append(step)
+            durs.append(self.cost.step_s(work, n_dec, ctx + n_dec * (len(steps) - 1)))
+            if finished or len(steps) >= max_steps:
+                break
+        if decode and len(steps) > 1:
+            steps = steps[: self._steps_that_fit(decode, len(steps))]
+        cum = np.cumsum(durs[: len(steps)])
+        timer = self.next_timer()
+        if timer is not None and timer > now and len(cum) > 1:
+            k = int(np.searchsorted(cum, timer - now, side="left")) + 1
+            cum = cum[: max(1, k)]
+            steps = steps[: len(cum)]
+        return Plan(now, cum, steps, decode, interruptible=len(cum) > 1)
+
+    def _blocks_for(self, s: Seq, kv_tokens: int) -> int:
+        """Extra blocks `s` needs to hold `kv_tokens` tokens of KV."""
+        return max(0, -(-kv_tokens // self.B) - s.held - s.anon)
+
+    def _steps_that_fit(self, decode: list[Seq], steps: int) -> int:
+        B, avail = self.B, self.device.n_available
+        if sum(max(0, -(-(s.kv + steps) // B) - s.held - s.anon) for s in decode) <= avail:
+            return steps
+        kv = np.array([s.kv for s in decode], dtype=np.int64)
+        have = np.array([s.held + s.anon for s in decode], dtype=np.int64)
+        k = np.arange(1, steps + 1, dtype=np.int64)
+        need = np.maximum(0, -(-(kv[None, :] + k[:, None]) // self.B) - have[None, :]).sum(axis=1)
+        fit = int(np.searchsorted(need, self.device.n_available, side="right"))
+        return max(1, fit)  # schedule() made room for at least one step
+
+    def _make_room(self, need: int) -> bool:
+        """Unpin TTL pins (soonest expiry first) until `need` blocks are available."""
+        while self.pins and need > self.device.n_available:
+            self._unpin_soonest()
+        return need <= self.device.n_available
+
+    def _unpin_soonest(self) -> None:
+        task = min(self.pins, key=lambda t: (self.pins[t][1], t))
+        self.device.release(self.pins.pop(task)[0])
+
+    def _allocate(self, n: int, now: float) -> None:
+        evicted = self.device.allocate(n)
+        assert evicted is not None
+        self.c["device_evicted_blocks"] += len(evicted)
+        if len(evicted) and self.host is not None and self.cfg.write_policy == "write-back":
+            ends = evicted[self._pos[evicted] % self.R == self.R - 1]
+            self._write(self.host.missing(ends), now)
+
+    def _admit(self, s: Seq, now: float) -> bool:
+        """Look up both tiers and take blocks for the prefill; False if the device cannot fit it."""
+        L = s.prefill_len
+        m = self.device.match(s.keys[: (L - 1) // self.B])
+        hit = s.keys[:m]
+        need = -(-L // self.B) - m
+        if need > self.device.n_available - self.device.free_among(hit):
+            return False  # waits for blocks to free up (or TTL pins to expire, Continuum-like)
+        self.device.acquire(hit)
+        pin = self.pins.pop(s.task, None)
+        if pin is not None:
+            self.device.release(pin[0])
+        self._allocate(need, now)
+        s.held, s.anon = m, need
+        d = m * self.B
+        r = 0
+        n_chunks = min(s.prompt_len, L) // self.C
+        chunk_keys = s.keys[self.R - 1 : n_chunks * self.R : self.R]
+        if not s.admitted:
+            self.admission.observe_lookup(s.task, s.prompt_len, now)
+            if self.cfg.write_policy == "selective":
+                lk = self._lookups
+                for k in chunk_keys.tolist():
+                    lk[k] = lk.get(k, 0) + 1
+        if self.host is not None:
+            h = self.host.lookup(chunk_keys)
+            r = max(0, min(h * self.C, L - 1) - d)
+            if r:
+                first, last = d // self.C, (d + r - 1) // self.C
+                self.host.mark_read(chunk_keys[first : last + 1])
+                self.c["chunks_restored"] += last - first + 1
+        self.c["device_hit_tokens"] += d
+        self.c["host_restore_tokens"] += r
+        self.c["computed_prefill_tokens"] += L - d - r
+        if not s.admitted:
+            s.device_hit_tokens, s.host_restore_tokens = d, r
+            s.admitted = True
+        s.computed = d + r
+        s.order = self._order
+        self._order += 1
+        self.running.append(s)
+        if r:
+            start = max(now, self.link_free_at)
+            s.ready_at = start + self.cost.transfer_s(r)
+            self.link_free_at = s.ready_at
+            s.state = "loading"
+        else:
+            s.state = "prefill"
+        return True
+
+    # -- applying steps -------------------------------------------------------------------------
+
+    def commit(self, plan: Plan, steps: int, t_end: float) -> list[Seq]:
+        """Apply the first `steps` steps of `plan`, the last ending at `t_end`; return finished."""
+        done: list[Seq] = []
+        if plan.chunk_steps is not None:
+            for step in plan.chunk_steps[:steps]:
+                for s, n in step:
+                    s.computed += n
+        need = [self._blocks_for(s, s.kv + steps) for s in plan.decode]
+        self._allocate(sum(need), t_end)
+        for s, n in zip(plan.decode, need, strict=True):
+            s.anon += n
+            s.kv += steps
+            s.generated += steps
+            if s.generated >= s.output_len:
+                done.append(s)
+        if plan.chunk_steps is not None:
+            for s, _ in plan.chunk_steps[steps - 1]:
+                if s.state == "prefill" and s.computed >= s.prefill_len:
+                    self._prefill_done(s, t_end)
+                    if s.generated >= s.output_len:
+                        done.append(s)
+        for s in done:
+            self._finish(s, t_end)
+        if self.debug:
+            self.check()
+        return done
+
+    def _prefill_done(self, s: Seq, t: float) -> None:
+        s.kv = s.prefill_len
+        full = s.kv // self.B
+        self._register(s, full)
+        s.state = "decode"
+        s.generated += 1
+        if s.t_first is None:
+            s.t_first = t
+            if s.on_first is not None:
+                s.on_first(s)
+        if self.host is not None and self.cfg.write_policy != "write-back":
+            n_chunks = s.prompt_len // self.C
+            keys = s.keys[self.R - 1 : n_chunks * self.R : self.R]
+            cand = self.host.missing(keys)
+            if self.cfg.write_policy == "selective":
+                lk = self._lookups
+                cand = cand[[lk.get(k, 0) >= 2 for k in cand.tolist()]]
+            self._write(cand, t)
+
+    def _register(self, s: Seq, full_blocks: int) -> None:
+        new = s.keys[s.held : full_blocks]
+        if len(new):
+            self.device.register(new)
+            s.held += len(new)
+            s.anon -= len(new)
+
+    def _write(self, cand: np.ndarray, now: float) -> None:
+        if not len(cand) or self.host is None:
+            return
+        chosen = self.admission.select(cand, now, self.host)
+        self.c["declined_writes"] += len(cand) - len(chosen)
+        if not len(chosen):
+            return
+        self.host.write(chosen, now)
+        self.link_free_at = max(now, self.link_free_at) + self.cost.transfer_s(len(chosen) * self.C)
+
+    def _finish(self, s: Seq, t: float) -> None:
+        self._register(s, min(s.kv // self.B, len(s.keys)))
+        self.device.free_anon(s.anon)
+        s.anon = 0
+        held = s.keys[: s.held]
+        if self.cfg.admission == "ttl" and self.cfg.ttl_s > 0:
+            old = self.pins.pop(s.task, None)
+            if old is not None:
+                self.device.release(old[0])
+            self.pins[s.task] = (held, t + self.cfg.ttl_s)
+        else:
+            self.device.release(held)
+        s.held = 0
+        s.state = "done"
+        s.t_end = t
+        if s.t_first is None:
+            s.t_first = t
+        self.c["output_tokens"] += s.output_len
+        self.running.remove(s)
+        if s.on_done is not None:
+            s.on_done(s)
+
+    def _preempt(self, s: Seq, now: float) -> None:
+        self.device.release(s.keys[: s.held])
+        self.device.free_anon(s.anon)
+        s.held = s.anon = 0
+        s.computed = s.kv = 0
+        s.prefill_len = s.prompt_len + s.generated
+        s.state = "waiting"
+        self.running.remove(s)
+        self.waiting.appendleft(s)
+        self.c["preemptions"] += 1
+
+    def _expire_pins(self, now: float) -> None:
+        if not self.pins:
+            return
+        due = sorted((exp, t) for t, (_, exp) in self.pins.items() if exp <= now)
+        for _, t in due:
+            self.device.release(self.pins.pop(t)[0])
+
+    # -- outside ------------------------------------------------------------------------------
+
+    def reset_prefix_cache(self) -> None:
+        """Drop cached free device blocks, TTL pins and the host tier (held blocks stay)."""
+        for keys, _ in self.pins.values():
+            self.device.release(keys)
+        self.pins.clear()
+        self.device.clear()
+        if self.host is not None:
+            self.host.clear()
+
+    def counters(self) -> dict[str, int]:
+        """Canonical counters of DESIGN.md plus the simulator's extras (cumulative)."""
+        c = dict(self.c)
+        if self.host is not None:
+            c["chunks_written"] = self.host.chunks_written
+            c["chunks_evicted"] = self.host.chunks_evicted
+            c["chunks_evicted_unread"] = self.host.chunks_evicted_unread
+        c["host_write_tokens"] = c["chunks_written"] * self.C
+        c["host_evicted_tokens"] = c["chunks_evicted"] * self.C
+        return c
+
+    def check(self) -> None:
+        """Invariants (capacity, refcounts, queue) of both tiers; AssertionError on violation."""
+        self.device.check()
+        if self.host is not None:
+            self.host.check()
+        anon = sum(s.anon for s in self.running)
+        assert anon == self.device.n_anon, "anonymous blocks out of sync"
+        refs = np.zeros(len(self.device._refcnt), dtype=np.int64)
+        for s in self.running:
+            np.add.at(refs, s.keys[: s.held], 1)
+        for keys, _ in self.pins.values():
+            np.add.at(refs, keys, 1)
+        assert (refs == self.device._refcnt).all(), "refcounts differ from the blocks held"

@@ -1,0 +1,119 @@
+"""Block keys of each request's prompt + output, computed incrementally per task and vectorized.
+
+A block's key stands for every token up to its end (prefix-chained, as vLLM's block hashes): the
+64-bit prefix hash P_i = sum_j h_j * M^(i-j) mod 2^64 over per-block content hashes h_j, computed
+with one cumulative sum (M is odd, so M^-1 exists mod 2^64), then mapped to dense int ids in order
+of first appearance. Only the blocks after the common prefix with the task's previous context are
+hashed. Collisions need two different prefixes with equal 64-bit hashes: about n^2 / 2^65 for n
+distinct blocks (~1e-8 at a million blocks).
+
+`replay.trace.keys.ChunkKeyer` gives the same prefix semantics with exact keys; this one exists
+because the simulator keys ~300K new blocks per paper-scale run and must stay inside its time
+budget (a vectorized hash instead of a Python loop per block).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from replay.trace.tokens import splitmix64
+
+__all__ = ["TaskKeyer", "common_prefix"]
+
+_M = np.uint64(0x9E3779B97F4A7C15 | 1)
+_MINV = np.uint64(pow(int(_M), -1, 1 << 64))
+_TOKEN_MUL = np.uint64(0xD6E8FEB86659FD93)
+
+
+def common_prefix(a: np.ndarray, b: np.ndarray) -> int:
+    """Length of the longest common prefix of two int arrays."""
+    n = min(len(a), len(b))
+    if n == 0:
+        return 0
+    neq = a[:n] != b[:n]
+    i = int(neq.argmax())
+    return i if neq[i] else n
+
+
+class TaskKeyer:
+    """Dense int64 keys of the full blocks of (prompt + output), reusing each task's previous keys."""
+
+    def __init__(self, block_tokens: int):
+        if block_tokens <= 0:
+            raise ValueError("block_tokens must be positive")
+        self.block_tokens = block_tokens
+        self._ids: dict[int, int] = {}
+        self._last: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = {}
+        self._pow = np.ones(1, dtype=np.uint64)
+        self._powinv = np.ones(1, dtype=np.uint64)
+        with np.errstate(over="ignore"):
+            self._tokw = splitmix64(np.arange(block_tokens, dtype=np.uint64)) | np.uint64(1)
+
+    def __len__(self) -> int:
+        return len(self._ids)
+
+    def _powers(self, n: int) -> None:
+        have = len(self._pow)
+        if n <= have:
+            return
+        m = max(n, 2 * have)
+        with np.errstate(over="ignore"):
+            p = np.empty(m, dtype=np.uint64)
+            q = np.empty(m, dtype=np.uint64)
+            p[:have], q[:have] = self._pow, self._powinv
+            for i in range(have, m):  # grows geometrically; amortized O(1) per block
+                p[i] = p[i - 1] * _M
+                q[i] = q[i - 1] * _MINV
+        self._pow, self._powinv = p, q
+
+    def _block_hashes(self, tokens: np.ndarray) -> np.ndarray:
+        b = self.block_tokens
+        x = tokens.astype(np.uint64).reshape(-1, b)
+        with np.errstate(over="ignore"):
+            return splitmix64(
+                (splitmix64(x * _TOKEN_MUL) * self._tokw).sum(axis=1, dtype=np.uint64)
+            )
+
+    def keys(self, task: str, prompt: np.ndarray, output: np.ndarray) -> np.ndarray:
+        prompt = np.asarray(prompt, dtype=np.int32)
+        output = np.asarray(output, dtype=np.int32)
+        b = self.block_tokens
+        n_p = len(prompt)
+        n = (n_p + len(output)) // b
+        keys = np.empty(n, dtype=np.int64)
+        pre = np.empty(n, dtype=np.uint64)  # raw prefix hashes
+        prev = self._last.get(task)
+        r = 0
+        if prev is not None:
+            pprompt, pout, pkeys, ppre = prev
+            # common prefix of (prompt + output) with the previous (prompt + output), piecewise
+            cp = common_prefix(pprompt, prompt)
+            if cp == len(pprompt) < n_p:
+                cp += common_prefix(pout, prompt[cp:])
+            if cp == n_p:  # the whole prompt is old context: the output may go on matching
+                cp += common_prefix(np.concatenate([pprompt, pout])[n_p:], output)
+            r = min(cp // b, len(pkeys), n)
+            keys[:r] = pkeys[:r]
+            pre[:r] = ppre[:r]
+        if r < n:
+            self._powers(n + 1)
+            start = r * b
+            if start >= n_p:
+                tail = output[start - n_p : n * b - n_p]
+            else:
+                tail = np.concatenate([prompt[start:], output])[: n * b - start]
+            h = self._block_hashes(tail)
+            idx = np.arange(r, n)
+            with np.errstate(over="ignore"):
+                acc = np.cumsum(h * self._powinv[idx], dtype=np.uint64)
+                if r:
+                    acc += pre[r - 1] * self._powinv[r - 1]
+                p = acc * self._pow[idx]
+            pre[r:] = p
+            ids = self._ids
+            keys[r:] = [ids.setdefault(k, len(ids)) for k in p.tolist()]
+        self._last[task] = (prompt, output, keys, pre)
+        return keys
+
+    def forget(self, task: str) -> None:
+        self._last.pop(task, None)

@@ -1,0 +1,181 @@
+"""Simulator configuration: the frozen `SimConfig` and the SIMOPTS click options that build it.
+
+`replay sim serve`, `replay run --engine sim` and sweeps share these exact options
+(`@sim_options` on a click command, then `SimConfig.from_options(**kwargs)`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import click
+
+from replay.errors import ConfigError
+from replay.model.presets import GIB, HardwarePreset, ModelPreset, get_hardware, get_model
+
+__all__ = [
+    "WRITE_POLICIES",
+    "ADMISSIONS",
+    "DEVICE_EVICTIONS",
+    "SimConfig",
+    "sim_options",
+]
+
+WRITE_POLICIES = ("write-through", "write-back", "selective")
+ADMISSIONS = ("all", "fixed", "conditioned", "rate", "ttl")
+DEVICE_EVICTIONS = ("block", "session")
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    """Everything that decides a simulated run. Capacities are per tensor-parallel rank (GiB).
+
+    `efficiency` scales both peak FLOP/s and HBM bandwidth (a roofline at a stated efficiency).
+    `attention_flops` adds the attention term to prefill/decode FLOPs (off reproduces arithmetic
+    that prices a prefill at 2 FLOPs per parameter per token only, as the explainer does).
+    """
+
+    hardware: str = "h20"
+    model: str = "qwen3-coder-30b-a3b"
+    tp: int = 8
+    device_kv_gib: float = 8.0
+    host_tier_gib: float = 0.0
+    block_tokens: int = 16
+    chunk_tokens: int = 256
+    write_policy: str = "write-through"
+    admission: str = "all"
+    kappa: int = 8  # fixed/conditioned: decline requests with more new full chunks than this
+    rate_limit_gib_s: float = 1.0  # rate: host-write budget per second (token bucket, 1 s burst)
+    ttl_s: float = 30.0  # ttl: how long a finished call's device blocks stay pinned
+    window_s: float = 60.0  # conditioned: window of the runtime working-set estimate
+    device_eviction: str = "block"
+    max_num_seqs: int = 256
+    max_num_batched_tokens: int = 8192
+    efficiency: float = 0.6
+    attention_flops: bool = True
+    step_overhead_s: float = 0.0
+    max_model_len: int = 1 << 20
+    time_scale: float = 0.0
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        self.model_preset  # noqa: B018  (validates names early)
+        self.hardware_preset  # noqa: B018
+
+        def bad(field: str, why: str) -> ConfigError:
+            return ConfigError("sim options", f"--{field.replace('_', '-')}", why)
+
+        for f in ("tp", "block_tokens", "chunk_tokens", "max_num_seqs", "max_num_batched_tokens"):
+            if int(getattr(self, f)) <= 0:
+                raise bad(f, f"must be a positive integer, got {getattr(self, f)}")
+        if self.chunk_tokens % self.block_tokens:
+            raise bad("chunk_tokens", "must be a multiple of --block-tokens")
+        for f in ("device_kv_gib", "host_tier_gib", "rate_limit_gib_s", "ttl_s", "window_s"):
+            if not float(getattr(self, f)) >= 0:
+                raise bad(f, f"must be >= 0, got {getattr(self, f)}")
+        if self.kappa < 0:
+            raise bad("kappa", "must be >= 0")
+        if not 0 < self.efficiency <= 1:
+            raise bad("efficiency", f"must be in (0, 1], got {self.efficiency}")
+        if self.time_scale < 0 or self.step_overhead_s < 0:
+            raise bad("time_scale", "must be >= 0")
+        for f, valid in (
+            ("write_policy", WRITE_POLICIES),
+            ("admission", ADMISSIONS),
+            ("device_eviction", DEVICE_EVICTIONS),
+        ):
+            if getattr(self, f) not in valid:
+                raise bad(f, f"unknown value {getattr(self, f)!r}; valid: {', '.join(valid)}")
+        if self.device_blocks < 1:
+            raise bad("device_kv_gib", "holds less than one KV block; make it larger")
+
+    @property
+    def model_preset(self) -> ModelPreset:
+        return get_model(self.model)
+
+    @property
+    def hardware_preset(self) -> HardwarePreset:
+        return get_hardware(self.hardware)
+
+    @property
+    def bytes_per_token(self) -> int:
+        """KV bytes per token per rank."""
+        return self.model_preset.bytes_per_token(self.tp)
+
+    @property
+    def device_blocks(self) -> int:
+        """Device tier capacity in blocks of `block_tokens`."""
+        return int(self.device_kv_gib * GIB) // (self.block_tokens * self.bytes_per_token)
+
+    @property
+    def chunk_bytes(self) -> int:
+        return self.chunk_tokens * self.bytes_per_token
+
+    @property
+    def host_chunks(self) -> int:
+        """Host tier capacity in chunks: floor(host_bytes / (chunk_tokens * bytes_per_token))."""
+        return int(self.host_tier_gib * GIB) // self.chunk_bytes
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_options(cls, **kwargs: Any) -> SimConfig:
+        """Build from click keyword arguments: SimConfig fields are taken, others ignored; None means
+        the default."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in kwargs.items() if k in names and v is not None})
+
+
+_D = SimConfig.__dataclass_fields__
+
+
+def _default(name: str) -> Any:
+    return _D[name].default
+
+
+# (flag, field, click kwargs): the SIMOPTS surface of DESIGN.md plus the simulator's own knobs.
+_OPTIONS: list[tuple[str, dict[str, Any]]] = [
+    ("--hardware", {"help": "hardware preset (see docs/simulator.md)"}),
+    ("--model", {"help": "model preset"}),
+    ("--tp", {"type": int, "help": "tensor-parallel ranks"}),
+    ("--device-kv-gib", {"type": float, "help": "device KV capacity per rank, GiB"}),
+    ("--host-tier-gib", {"type": float, "help": "host KV tier per rank, GiB (0: none)"}),
+    ("--block-tokens", {"type": int, "help": "device block size, tokens"}),
+    ("--chunk-tokens", {"type": int, "help": "host tier chunk size, tokens"}),
+    ("--write-policy", {"type": click.Choice(WRITE_POLICIES), "help": "host tier write policy"}),
+    ("--admission", {"type": click.Choice(ADMISSIONS), "help": "host-write admission policy"}),
+    ("--kappa", {"type": int, "help": "fixed/conditioned: max new full chunks a call may write"}),
+    ("--rate-limit-gib-s", {"type": float, "help": "rate: host-write budget, GiB/s"}),
+    ("--ttl-s", {"type": float, "help": "ttl: seconds a finished call's blocks stay pinned"}),
+    ("--window-s", {"type": float, "help": "conditioned: estimator window, seconds"}),
+    (
+        "--device-eviction",
+        {"type": click.Choice(DEVICE_EVICTIONS), "help": "block: LRU tail-first; session: whole"},
+    ),
+    ("--max-num-seqs", {"type": int, "help": "max running sequences"}),
+    ("--max-num-batched-tokens", {"type": int, "help": "token budget per step (chunked prefill)"}),
+    ("--efficiency", {"type": float, "help": "fraction of peak FLOP/s and bandwidth achieved"}),
+    ("--attention-flops/--no-attention-flops", {"default": None, "help": "count attention FLOPs"}),
+    ("--step-overhead-s", {"type": float, "help": "fixed cost per engine step, seconds"}),
+    (
+        "--time-scale",
+        {"type": float, "help": "server: wall seconds per simulated second (0: ASAP)"},
+    ),
+    ("--seed", {"type": int, "help": "seed"}),
+]
+
+
+def sim_options(f: Callable) -> Callable:
+    """Decorator adding the SIMOPTS options; every option defaults to None (= SimConfig default)."""
+    for flag, kw in reversed(_OPTIONS):
+        name = flag.split("/")[0].removeprefix("--").replace("-", "_")
+        kw = dict(kw)
+        if "default" not in kw:
+            kw["default"] = None
+        kw["help"] = f"{kw.get('help', '')} [default: {_default(name)}]"
+        f = click.option(flag, name, **kw)(f)
+    return f

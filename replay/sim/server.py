@@ -1,0 +1,318 @@
+"""OpenAI-compatible HTTP front of the simulator (aiohttp): `replay sim serve`.
+
+Endpoints: POST /v1/completions (token-id or text prompt, streaming with usage), GET /v1/models,
+GET /health, GET /metrics (Prometheus text, `replay_sim:` prefix), POST /reset_prefix_cache.
+Every bad request gets an OpenAI-style JSON error (400); the server never dies on bad input.
+Text prompts are tokenized as their UTF-8 bytes; a token renders as one printable character.
+Extension fields: `forced_output_ids` (the ids to "generate", e.g. the recorded output, so the next
+call's prompt hits them) and `return_token_ids` (adds `token_ids` to each choice).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import orjson
+from aiohttp import web
+
+from replay.driver.transport import CompletionRequest
+from replay.errors import RequestFailed
+from replay.sim.engine import Seq
+from replay.sim.metrics import SimCollector, exposition
+from replay.sim.options import SimConfig
+from replay.sim.runner import EngineRunner, ScaledSimClock, settle
+from replay.sim.transport import SimTransport
+from replay.trace.tokens import output_tokens
+
+__all__ = ["build_app", "serve", "BadRequest"]
+
+MAX_BODY_BYTES = 64 << 20
+_MAX_TOKEN_ID = (1 << 31) - 1
+
+
+class BadRequest(Exception):
+    def __init__(self, message: str, param: str | None = None):
+        super().__init__(message)
+        self.param = param
+
+
+def _error(status: int, message: str, param: str | None = None) -> web.Response:
+    kind = "invalid_request_error" if status < 500 else "internal_server_error"
+    body = {"error": {"message": message, "type": kind, "param": param, "code": status}}
+    return web.Response(status=status, body=orjson.dumps(body), content_type="application/json")
+
+
+@web.middleware
+async def _errors(request: web.Request, handler):
+    try:
+        return await handler(request)
+    except BadRequest as e:
+        return _error(400, str(e), e.param)
+    except web.HTTPRequestEntityTooLarge:
+        return _error(400, f"request body larger than {MAX_BODY_BYTES} bytes")
+    except web.HTTPException as e:
+        if e.status >= 400:
+            return _error(e.status, e.reason or "error")
+        raise
+
+
+def _int_field(body: dict, name: str, default: int | None, lo: int = 0) -> int | None:
+    v = body.get(name, default)
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, int) or v < lo:
+        raise BadRequest(f"`{name}` must be an integer >= {lo}", name)
+    return v
+
+
+def _token_list(v: Any, name: str) -> np.ndarray:
+    if not isinstance(v, list) or not all(
+        isinstance(t, int) and not isinstance(t, bool) and 0 <= t <= _MAX_TOKEN_ID for t in v
+    ):
+        raise BadRequest(f"`{name}` must be a list of token ids (integers >= 0)", name)
+    return np.asarray(v, dtype=np.int32)
+
+
+def _prompt(v: Any) -> np.ndarray:
+    if isinstance(v, str):
+        return np.frombuffer(v.encode("utf-8"), dtype=np.uint8).astype(np.int32)
+    if isinstance(v, list) and v and isinstance(v[0], list | str):
+        if len(v) != 1:
+            raise BadRequest("batched prompts are not supported; send one prompt", "prompt")
+        return _prompt(v[0])
+    if isinstance(v, list):
+        return _token_list(v, "prompt")
+    raise BadRequest("`prompt` must be a string or a list of token ids", "prompt")
+
+
+def _text(ids: np.ndarray) -> str:
+    return "".join(chr(0x20 + int(i) % 95) for i in ids)
+
+
+class SimServer:
+    """Holds the engine, its runner and per-task request numbering."""
+
+    def __init__(self, config: SimConfig):
+        self.config = config
+        self.front = SimTransport(config)  # reused for request checks and keying
+        self.engine = self.front.engine
+        self.runner = EngineRunner(self.engine, ScaledSimClock(config.time_scale))
+        self._calls: dict[str, int] = {}
+        self.served_model = config.model
+
+    def reset_calls(self) -> None:
+        """Forget per-user request numbers: the next request of each user is its call 0 again
+        (unforced outputs are the trace's stand-ins for (user, call number), so a fresh replay
+        after a cache reset gets the same outputs as the first)."""
+        self._calls.clear()
+
+    def gauges(self) -> dict[str, float]:
+        e = self.engine
+        return {
+            "num_requests_running": len(e.running),
+            "num_requests_waiting": len(e.waiting),
+            "device_blocks_used": e.device.n_cached + e.device.n_anon,
+            "device_blocks_total": e.device.capacity,
+            "host_chunks_used": len(e.host) if e.host is not None else 0,
+            "host_chunks_total": e.host.capacity if e.host is not None else 0,
+            "sim_time_seconds": self.runner.clock.now(),
+        }
+
+    def parse(self, body: Any) -> tuple[Seq, np.ndarray, dict]:
+        if not isinstance(body, dict):
+            raise BadRequest("request body must be a JSON object")
+        if "prompt" not in body:
+            raise BadRequest("`prompt` is required", "prompt")
+        prompt = _prompt(body["prompt"])
+        if len(prompt) == 0:
+            raise BadRequest("`prompt` is empty", "prompt")
+        max_tokens = _int_field(body, "max_tokens", 16)
+        min_tokens = _int_field(body, "min_tokens", 0)
+        assert max_tokens is not None
+        if min_tokens is not None and min_tokens > max_tokens:
+            raise BadRequest("`min_tokens` must be <= `max_tokens`", "min_tokens")
+        n = body.get("n", 1)
+        if n != 1:
+            raise BadRequest("only n = 1 is supported", "n")
+        user = body.get("user", "-")
+        if not isinstance(user, str):
+            raise BadRequest("`user` must be a string", "user")
+        forced = body.get("forced_output_ids")
+        if forced is not None:
+            forced = _token_list(forced, "forced_output_ids")
+            if len(forced) != max_tokens:
+                raise BadRequest(
+                    "`forced_output_ids` must have `max_tokens` ids", "forced_output_ids"
+                )
+        so = body.get("stream_options") or {}
+        if not isinstance(so, dict):
+            raise BadRequest("`stream_options` must be an object", "stream_options")
+        call = self._calls.get(user, 0)
+        self._calls[user] = call + 1
+        if forced is None:
+            forced = output_tokens(user, call, max_tokens, self.front.vocab_size)
+        req = CompletionRequest(user, call, prompt, max_tokens, forced_output=forced)
+        try:
+            seq = self.front.make_seq(req)
+        except RequestFailed as e:
+            raise BadRequest(str(e).removeprefix("http_4xx: "), "prompt") from None
+        opts = {
+            "stream": bool(body.get("stream", False)),
+            "include_usage": bool(so.get("include_usage", False)),
+            "token_ids": bool(body.get("return_token_ids", False)),
+            "model": body.get("model") or self.served_model,
+        }
+        return seq, forced, opts
+
+
+def _usage(seq: Seq) -> dict:
+    return {
+        "prompt_tokens": seq.prompt_len,
+        "completion_tokens": seq.output_len,
+        "total_tokens": seq.prompt_len + seq.output_len,
+        "prompt_tokens_details": {
+            "cached_tokens": seq.cached_tokens,
+            "device": seq.device_hit_tokens,
+            "host": seq.host_restore_tokens,
+        },
+    }
+
+
+def build_app(config: SimConfig) -> web.Application:
+    """The aiohttp application; the engine loop starts with the app and stops with it."""
+    srv = SimServer(config)
+    collector = SimCollector(srv.engine.counters, srv.gauges)
+    app = web.Application(client_max_size=MAX_BODY_BYTES, middlewares=[_errors])
+    app["sim"] = srv
+
+    async def on_startup(app: web.Application) -> None:
+        srv.runner.start()
+
+    async def on_cleanup(app: web.Application) -> None:
+        await srv.runner.stop()
+
+    app.on_startup.append(on_startup)
+    app.on_cleanup.append(on_cleanup)
+
+    async def completions(request: web.Request) -> web.StreamResponse:
+        raw = await request.read()
+        try:
+            body = orjson.loads(raw)
+        except orjson.JSONDecodeError as e:
+            raise BadRequest(f"body is not valid JSON: {e}") from None
+        seq, out_ids, opts = srv.parse(body)
+        loop = asyncio.get_running_loop()
+        first = loop.create_future()
+        done = loop.create_future()
+        seq.on_first = lambda s: settle(first)
+        seq.on_done = lambda s: settle(done)
+        seq.on_fail = lambda s, e: settle(done, e)
+        try:
+            srv.runner.submit(seq)
+        except RuntimeError as e:
+            return _error(500, str(e))
+        rid = f"cmpl-{uuid.uuid4().hex[:24]}"
+        created = int(time.time())
+        head = {"id": rid, "object": "text_completion", "created": created, "model": opts["model"]}
+
+        def choice(ids: np.ndarray, finish: str | None) -> dict:
+            c: dict[str, Any] = {"index": 0, "text": _text(ids), "logprobs": None}
+            c["finish_reason"] = finish
+            if opts["token_ids"]:
+                c["token_ids"] = [int(i) for i in ids]
+            return c
+
+        if not opts["stream"]:
+            try:
+                await done
+            except Exception as e:
+                return _error(500, f"simulator engine failed: {e!r}")
+            obj = dict(head, choices=[choice(out_ids, "length")], usage=_usage(seq))
+            return web.Response(body=orjson.dumps(obj), content_type="application/json")
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+
+        async def send(obj: dict | str) -> None:
+            data = obj if isinstance(obj, str) else orjson.dumps(obj).decode()
+            await resp.write(f"data: {data}\n\n".encode())
+
+        try:
+            await asyncio.wait([first, done], return_when=asyncio.FIRST_COMPLETED)
+            if first.done() and len(out_ids):
+                await send(dict(head, choices=[choice(out_ids[:1], None)]))
+            await done
+            rest = out_ids[1:] if first.done() and len(out_ids) else out_ids
+            await send(dict(head, choices=[choice(rest, "length")]))
+            if opts["include_usage"]:
+                await send(dict(head, choices=[], usage=_usage(seq)))
+            await send("[DONE]")
+        except (ConnectionResetError, asyncio.CancelledError):
+            raise
+        except Exception as e:  # the engine failed mid-stream: say so in the stream
+            await send({"error": {"message": f"simulator engine failed: {e!r}", "code": 500}})
+        await resp.write_eof()
+        return resp
+
+    async def models(request: web.Request) -> web.Response:
+        data = {
+            "object": "list",
+            "data": [{"id": srv.served_model, "object": "model", "owned_by": "replay-sim"}],
+        }
+        return web.Response(body=orjson.dumps(data), content_type="application/json")
+
+    async def health(request: web.Request) -> web.Response:
+        return web.Response(text="ok")
+
+    async def metrics(request: web.Request) -> web.Response:
+        return web.Response(
+            body=exposition(collector), headers={"Content-Type": "text/plain; version=0.0.4"}
+        )
+
+    async def reset(request: web.Request) -> web.Response:
+        srv.engine.reset_prefix_cache()
+        srv.reset_calls()
+        return web.Response(body=orjson.dumps({"ok": True}), content_type="application/json")
+
+    app.router.add_post("/v1/completions", completions)
+    app.router.add_get("/v1/models", models)
+    app.router.add_get("/health", health)
+    app.router.add_get("/metrics", metrics)
+    app.router.add_post("/reset_prefix_cache", reset)
+    return app
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+async def serve(config: SimConfig, host: str, port: int, ready_file: str | None = None) -> None:
+    """Bind, write the bound port to `ready_file` (atomically), serve until cancelled."""
+    app = build_app(config)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    try:
+        site = web.TCPSite(runner, host, port)
+        await site.start()
+        server: Any = site._server
+        bound = port
+        if server is not None and server.sockets:
+            bound = server.sockets[0].getsockname()[1]
+        print(f"replay sim serving on http://{host}:{bound}", flush=True)
+        if ready_file:
+            _write_atomic(Path(ready_file), f"{bound}\n")
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.Event().wait()
+    finally:
+        await runner.cleanup()

@@ -1,0 +1,283 @@
+"""Simulator engine: timing from first principles, determinism, tiers, policies, preemption."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+
+import numpy as np
+import pytest
+
+from replay.clock import run_virtual
+from replay.driver.transport import CompletionRequest
+from replay.errors import RequestFailed
+from replay.model.presets import HARDWARE, MODELS
+from replay.sim.options import SimConfig
+from replay.sim.transport import SimTransport
+from replay.trace.model import Trace
+from replay.trace.synth import synth
+from tests.sim_helpers import closed_loop, tokens
+
+SMALL = SimConfig(device_kv_gib=0.08, chunk_tokens=64)
+
+
+@pytest.fixture(scope="module")
+def small_trace():
+    return synth("swe-agent", tasks=12, seed=3, scale=0.05, max_calls_per_task=10)
+
+
+def one(cfg: SimConfig, prompt: np.ndarray, n_out: int):
+    async def main():
+        sim = SimTransport(cfg, debug=True)
+        try:
+            return await sim.complete(CompletionRequest("t", 0, prompt, n_out))
+        finally:
+            await sim.close()
+
+    return run_virtual(main)
+
+
+def test_prefill_and_decode_times_follow_the_roofline():
+    # Llama-3-8B on one H100, no attention term: a 4096-token prefill is compute bound at
+    # 2 FLOPs per parameter per token; each decode step streams the weights plus the KV so far.
+    cfg = SimConfig(
+        hardware="h100",
+        model="llama-3-8b",
+        tp=1,
+        device_kv_gib=4,
+        efficiency=1.0,
+        attention_flops=False,
+    )
+    hw, m = HARDWARE["h100"], MODELS["llama-3-8b"]
+    n, out = 4096, 11
+    r = one(cfg, tokens(0, n), out)
+    assert r.t_first_token == pytest.approx(2 * 8.0e9 * n / hw.peak_flops, rel=1e-9)
+    kv_per_token = 2 * 32 * 128 * 2 * 8  # K and V, layers, head dim, BF16, KV heads
+    decode = sum((2 * 8.0e9 + (n + i) * kv_per_token) / hw.hbm_bytes_per_s for i in range(out - 1))
+    assert r.t_end - r.t_first_token == pytest.approx(decode, rel=1e-9)
+    assert (r.prompt_tokens, r.completion_tokens, r.cached_tokens) == (n, out, 0)
+    assert m.bytes_per_token(1) == kv_per_token
+
+
+def test_attention_term_adds_causal_quadratic_flops():
+    cfg = SimConfig(
+        hardware="h100",
+        model="llama-3-8b",
+        tp=1,
+        device_kv_gib=4,
+        efficiency=0.5,
+        max_num_batched_tokens=2048,
+    )
+    n = 2048
+    r = one(cfg, tokens(1, n), 1)
+    flops = 2 * 8.0e9 * n + 4 * 32 * 32 * 128 * n * (n + 1) / 2
+    assert r.t_first_token == pytest.approx(flops / (0.5 * HARDWARE["h100"].peak_flops), rel=1e-9)
+
+
+def test_second_call_hits_the_device_prefix_including_the_previous_output():
+    cfg = SimConfig(device_kv_gib=1)
+    p0 = tokens(2, 1000)
+    out0 = tokens(3, 50)
+
+    async def main():
+        sim = SimTransport(cfg, debug=True)
+        r0 = await sim.complete(CompletionRequest("a", 0, p0, 50, forced_output=out0))
+        p1 = np.concatenate([p0, out0, tokens(4, 100)])
+        r1 = await sim.complete(CompletionRequest("a", 1, p1, 5))
+        await sim.close()
+        return r0, r1, sim.counters()
+
+    r0, r1, c = run_virtual(main)
+    assert r0.cached_tokens == 0
+    # KV holds prompt + output minus the last output token: 1049 tokens -> 65 full blocks
+    assert r1.cached_by_source == {"device": 65 * 16, "host": 0}
+    assert c["prompt_tokens"] == 2150
+    assert c["computed_prefill_tokens"] == 2150 - 65 * 16
+
+
+def test_same_trace_config_and_seed_give_identical_results(small_trace):
+    cfg = dataclasses.replace(SMALL, host_tier_gib=0.05)
+    a = closed_loop(small_trace, cfg, 4)
+    b = closed_loop(small_trace, cfg, 4)
+    assert a[0] == b[0]
+    assert a[2] == b[2]  # makespan, bit for bit
+    key = lambda r: (r["task"], r["call"])  # noqa: E731
+    assert sorted(a[1], key=key) == sorted(b[1], key=key)
+
+
+def test_counters_add_up_and_host_tier_turns_misses_into_restores(small_trace):
+    none, _, _ = closed_loop(small_trace, SMALL, 4)
+    tier, rows, _ = closed_loop(small_trace, dataclasses.replace(SMALL, host_tier_gib=1), 4)
+    for c in (none, tier):
+        assert c["prompt_tokens"] == small_trace.prompt_tokens
+        assert c["output_tokens"] == small_trace.output_tokens
+        assert (
+            c["device_hit_tokens"] + c["host_restore_tokens"] + c["computed_prefill_tokens"]
+            == c["prompt_tokens"]
+        )
+    assert none["host_restore_tokens"] == 0 and none["host_write_tokens"] == 0
+    assert tier["host_restore_tokens"] > 0
+    assert tier["computed_prefill_tokens"] < none["computed_prefill_tokens"]
+    assert sum(r["by_source"]["host"] for r in rows) == tier["host_restore_tokens"]
+    assert all(r["completion"] > 0 for r in rows)
+
+
+def test_conditioned_equals_all_when_the_tier_exceeds_the_working_set(small_trace):
+    big = dataclasses.replace(SMALL, host_tier_gib=1)  # > every chunk the trace has
+    c_all, _, m_all = closed_loop(small_trace, big, 4)
+    c_cond, _, m_cond = closed_loop(
+        small_trace, dataclasses.replace(big, admission="conditioned", kappa=0), 4
+    )
+    assert c_all == c_cond and m_all == m_cond
+    assert c_all["host_evicted_tokens"] == 0
+
+
+def test_fixed_admission_declines_calls_with_more_than_kappa_new_chunks(small_trace):
+    cfg = dataclasses.replace(SMALL, host_tier_gib=1, admission="fixed", kappa=0)
+    c, _, _ = closed_loop(small_trace, cfg, 4)
+    assert c["host_write_tokens"] == 0 and c["declined_writes"] > 0
+    assert c["host_restore_tokens"] == 0
+
+
+def test_rate_admission_writes_less_than_all(small_trace):
+    base = dataclasses.replace(SMALL, host_tier_gib=1)
+    c_all, _, _ = closed_loop(small_trace, base, 4)
+    rate = dataclasses.replace(base, admission="rate", rate_limit_gib_s=2e-5)  # ~21 KB/s
+    c_rate, _, _ = closed_loop(small_trace, rate, 4)
+    assert 0 < c_rate["host_write_tokens"] < c_all["host_write_tokens"]
+    assert c_rate["declined_writes"] > 0
+
+
+def test_write_back_writes_only_what_the_device_evicts(small_trace):
+    roomy = dataclasses.replace(SMALL, device_kv_gib=1, host_tier_gib=1, write_policy="write-back")
+    c, _, _ = closed_loop(small_trace, roomy, 4)
+    assert c["device_evicted_blocks"] == 0 and c["host_write_tokens"] == 0
+    tight = dataclasses.replace(roomy, device_kv_gib=SMALL.device_kv_gib)
+    c, _, _ = closed_loop(small_trace, tight, 4)
+    assert c["device_evicted_blocks"] > 0 and c["host_write_tokens"] > 0
+    assert c["host_write_tokens"] <= c["device_evicted_blocks"] * 16
+
+
+def test_selective_writes_only_chunks_seen_twice(small_trace):
+    base = dataclasses.replace(SMALL, host_tier_gib=1)
+    c_wt, _, _ = closed_loop(small_trace, base, 4)
+    c_sel, _, _ = closed_loop(small_trace, dataclasses.replace(base, write_policy="selective"), 4)
+    assert 0 < c_sel["host_write_tokens"] < c_wt["host_write_tokens"]
+
+
+def test_tight_device_preempts_and_still_finishes_every_call():
+    cfg = SimConfig(device_kv_gib=0.03, max_num_batched_tokens=512)  # ~1300 tokens of KV
+
+    async def main():
+        sim = SimTransport(cfg, debug=True)
+        reqs = [CompletionRequest(f"t{i}", 0, tokens(10 + i, 200), 300) for i in range(4)]
+        rs = await asyncio.gather(*(sim.complete(r) for r in reqs))
+        await sim.close()
+        return rs, sim.counters()
+
+    rs, c = run_virtual(main)
+    assert c["preemptions"] > 0
+    assert [r.completion_tokens for r in rs] == [300] * 4
+    assert all(r.t_end >= r.t_first_token for r in rs)
+
+
+def test_ttl_pins_keep_a_returning_task_on_the_device():
+    # the device holds 2048 tokens; B arrives between A's two calls
+    cfg = SimConfig(hardware="h100", model="llama-3-8b", tp=1, device_kv_gib=0.25)
+    pa, pb = tokens(20, 1500), tokens(21, 1500)
+
+    def scenario(c: SimConfig) -> int:
+        async def main():
+            sim = SimTransport(c, debug=True)
+            out = tokens(22, 4)
+            await sim.complete(CompletionRequest("A", 0, pa, 4, forced_output=out))
+            b = asyncio.ensure_future(sim.complete(CompletionRequest("B", 0, pb, 4)))
+            await asyncio.sleep(0.001)
+            pa1 = np.concatenate([pa, out, tokens(23, 10)])
+            r = await sim.complete(CompletionRequest("A", 1, pa1, 4))
+            await b
+            await sim.close()
+            return r.cached_by_source["device"]
+
+        return run_virtual(main)
+
+    # 128 blocks; A leaves 93 full blocks cached. Without pins B takes 94 blocks: 35 empty plus
+    # 59 of A's, tail first, so A's first 34 blocks survive. With a TTL pin B waits for A's
+    # return, and A hits all 93 blocks.
+    assert scenario(cfg) == 34 * 16
+    assert scenario(dataclasses.replace(cfg, admission="ttl", ttl_s=60)) == 93 * 16
+
+
+def test_request_larger_than_the_device_is_rejected():
+    with pytest.raises(RequestFailed) as e:
+        one(SimConfig(device_kv_gib=0.01), tokens(0, 1000), 10)
+    assert e.value.kind == "http_4xx" and "--device-kv-gib" in str(e.value)
+
+
+def test_an_arrival_cuts_a_decode_stretch_at_the_end_of_the_current_step():
+    cfg = SimConfig(
+        hardware="h100",
+        model="llama-3-8b",
+        tp=1,
+        device_kv_gib=4,
+        efficiency=1.0,
+        attention_flops=False,
+    )
+
+    async def main():
+        sim = SimTransport(cfg, debug=True)
+        a = asyncio.ensure_future(sim.complete(CompletionRequest("a", 0, tokens(5, 64), 2000)))
+        await asyncio.sleep(1.0)  # "a" is deep inside one long decode stretch
+        t = sim.engine_time()
+        b = await sim.complete(CompletionRequest("b", 0, tokens(6, 64), 1))
+        ra = await a
+        await sim.close()
+        return t, b, ra
+
+    t, b, ra = run_virtual(main)
+    step_s = (2 * 8.0e9 + 2100 * 131_072) / HARDWARE["h100"].hbm_bytes_per_s  # one decode step
+    assert b.t_first_token - t < 2.5 * step_s  # not the ~8 s left of a's stretch
+    assert ra.t_end > t + 5
+
+
+def test_simulator_core_is_pure():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; import replay.sim.engine, replay.sim.device, replay.sim.host, "
+        "replay.sim.cost, replay.sim.admission, replay.model.presets; "
+        "bad = [m for m in ('httpx', 'aiohttp', 'matplotlib', 'asyncio') if m in sys.modules]; "
+        "print(bad); sys.exit(1 if bad else 0)"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+@pytest.mark.parametrize(
+    "cfg, gaps",
+    [
+        (dataclasses.replace(SMALL, host_tier_gib=0.05), True),
+        (SimConfig(device_kv_gib=0.06, max_num_batched_tokens=256), False),
+        (
+            dataclasses.replace(
+                SMALL, admission="ttl", ttl_s=5, write_policy="write-back", host_tier_gib=0.02
+            ),
+            True,
+        ),
+    ],
+    ids=["host-tier", "back-to-back-preempting", "ttl-write-back"],
+)
+def test_planning_stretches_gives_the_step_by_step_result(small_trace, cfg, gaps):
+    trace = small_trace
+    if not gaps:  # calls back to back: more concurrency, decode growth preempts
+        trace = Trace(trace.header, [dataclasses.replace(c, gap_s=0.0) for c in trace.calls])
+    fast = closed_loop(trace, cfg, 4)
+    slow = closed_loop(trace, cfg, 4, stretch=False)
+    assert fast[0] == slow[0]
+    assert gaps or fast[0]["preemptions"] > 0
+    assert fast[2] == pytest.approx(slow[2], rel=1e-9)
+    key = lambda r: (r["task"], r["call"])  # noqa: E731
+    for a, b in zip(sorted(fast[1], key=key), sorted(slow[1], key=key), strict=True):
+        assert a["by_source"] == b["by_source"]
+        assert a["t_end"] == pytest.approx(b["t_end"], rel=1e-9)

@@ -1,0 +1,72 @@
+"""The simulator's vectorized block keys partition blocks exactly as `ChunkKeyer` does."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from replay.sim.keying import TaskKeyer, common_prefix
+from replay.trace.keys import ChunkKeyer
+from replay.trace.synth import synth
+
+
+def assert_same_partition(pairs: list[tuple[np.ndarray, np.ndarray]]) -> None:
+    fwd: dict[int, int] = {}
+    back: dict[int, int] = {}
+    for ka, kb in pairs:
+        assert len(ka) == len(kb)
+        for x, y in zip(ka.tolist(), kb.tolist(), strict=True):
+            assert fwd.setdefault(x, y) == y
+            assert back.setdefault(y, x) == x
+
+
+def test_agrees_with_chunk_keyer_on_a_synthetic_trace():
+    trace = synth("claude-code", tasks=4, seed=2, scale=0.05)
+    ours, ref = TaskKeyer(16), ChunkKeyer(16)
+    pairs = []
+    for task in trace.task_ids:
+        for s in trace.steps(task):
+            pairs.append(
+                (
+                    ours.keys(task, s.prompt, s.output),
+                    ref.keys(np.concatenate([s.prompt, s.output])),
+                )
+            )
+    assert_same_partition(pairs)
+
+
+calls = st.lists(
+    st.tuples(
+        st.sampled_from(["a", "b"]),
+        st.integers(0, 40),  # keep this many tokens of the task's previous context
+        st.lists(st.integers(0, 3), max_size=30),  # appended prompt tokens (tiny vocab: collisions)
+        st.lists(st.integers(0, 3), max_size=10),  # output
+    ),
+    max_size=12,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(calls=calls, block=st.sampled_from([1, 2, 4]))
+def test_agrees_with_chunk_keyer_on_random_edits(calls, block):
+    ours, ref = TaskKeyer(block), ChunkKeyer(block)
+    ctx: dict[str, np.ndarray] = {}
+    pairs = []
+    for task, keep, append, out in calls:
+        prev = ctx.get(task, np.empty(0, np.int32))
+        prompt = np.concatenate([prev[:keep], np.array(append, np.int32)])
+        if len(prompt) == 0:
+            continue
+        output = np.array(out, np.int32)
+        pairs.append((ours.keys(task, prompt, output), ref.keys(np.concatenate([prompt, output]))))
+        ctx[task] = np.concatenate([prompt, output])
+    assert_same_partition(pairs)
+
+
+def test_common_prefix():
+    a = np.array([1, 2, 3, 4])
+    assert common_prefix(a, np.array([1, 2, 9])) == 2
+    assert common_prefix(a, a[:2]) == 2
+    assert common_prefix(a, np.array([], dtype=int)) == 0
+    assert common_prefix(a, np.array([7])) == 0

@@ -1,0 +1,230 @@
+"""`replay sim serve` as a real subprocess on a loopback port: OpenAI shapes, streaming, errors,
+metrics, cache reset."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import orjson
+import pytest
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    ready = tmp_path_factory.mktemp("sim") / "port"
+    argv = [
+        sys.executable,
+        "-m",
+        "replay.cli.main",
+        "sim",
+        "serve",
+        "--port",
+        "0",
+        "--ready-file",
+        str(ready),
+        "--device-kv-gib",
+        "0.5",
+        "--host-tier-gib",
+        "0.5",
+        "--chunk-tokens",
+        "64",
+    ]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 60
+        while not (ready.exists() and ready.read_text().strip()):
+            assert proc.poll() is None, proc.stdout.read().decode() if proc.stdout else ""
+            assert time.monotonic() < deadline, "server did not write its ready file"
+            time.sleep(0.05)
+        port = int(ready.read_text())
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
+            yield client
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        assert proc.returncode == 0, f"server exited with {proc.returncode}"
+
+
+def complete(client: httpx.Client, **body) -> dict:
+    r = client.post("/v1/completions", json=body)
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def test_token_prompt_gets_usage_and_a_second_call_hits_the_cache(server):
+    prompt = list(range(1, 401))
+    out = list(range(1000, 1008))
+    a = complete(
+        server,
+        prompt=prompt,
+        max_tokens=8,
+        min_tokens=8,
+        ignore_eos=True,
+        user="s1",
+        forced_output_ids=out,
+        return_token_ids=True,
+    )
+    assert a["object"] == "text_completion"
+    assert a["choices"][0]["finish_reason"] == "length"
+    assert a["choices"][0]["token_ids"] == out
+    assert a["usage"]["prompt_tokens"] == 400 and a["usage"]["completion_tokens"] == 8
+    assert a["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
+    b = complete(server, prompt=prompt + out + [7] * 30, max_tokens=2, user="s1")
+    details = b["usage"]["prompt_tokens_details"]
+    assert details["cached_tokens"] == 400  # 407 tokens of KV -> 25 full blocks
+    assert details["device"] == 400 and details["host"] == 0
+
+
+def test_text_prompt_tokenizes_as_bytes(server):
+    r = complete(server, prompt="hello, simulator", max_tokens=3)
+    assert r["usage"]["prompt_tokens"] == len(b"hello, simulator")
+    assert len(r["choices"][0]["text"]) == 3
+
+
+def test_streaming_sends_first_token_then_usage_then_done(server):
+    body = {
+        "prompt": list(range(50)),
+        "max_tokens": 5,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    with server.stream("POST", "/v1/completions", json=body) as r:
+        assert r.status_code == 200
+        assert r.headers["content-type"].startswith("text/event-stream")
+        events = [line.removeprefix("data: ") for line in r.iter_lines() if line]
+    assert events[-1] == "[DONE]"
+    objs = [orjson.loads(e) for e in events[:-1]]
+    assert len(objs[0]["choices"][0]["text"]) == 1
+    assert (
+        "".join(o["choices"][0]["text"] for o in objs if o["choices"])
+        and len("".join(o["choices"][0]["text"] for o in objs if o["choices"])) == 5
+    )
+    assert objs[-1]["choices"] == [] and objs[-1]["usage"]["completion_tokens"] == 5
+
+
+@pytest.mark.parametrize(
+    "body, param",
+    [
+        (b"not json", None),
+        (b"[1, 2]", None),
+        (orjson.dumps({"max_tokens": 3}), "prompt"),
+        (orjson.dumps({"prompt": [1, -5]}), "prompt"),
+        (orjson.dumps({"prompt": [1, 2], "max_tokens": "many"}), "max_tokens"),
+        (orjson.dumps({"prompt": [1, 2], "max_tokens": 2, "min_tokens": 3}), "min_tokens"),
+        (orjson.dumps({"prompt": [[1], [2]]}), "prompt"),
+        (orjson.dumps({"prompt": list(range(30000)), "max_tokens": 1}), "prompt"),
+        (
+            orjson.dumps({"prompt": [1], "max_tokens": 2, "forced_output_ids": [1]}),
+            "forced_output_ids",
+        ),
+    ],
+)
+def test_bad_requests_get_openai_errors_and_the_server_survives(server, body, param):
+    r = server.post("/v1/completions", content=body, headers={"content-type": "application/json"})
+    assert r.status_code == 400
+    err = r.json()["error"]
+    assert err["type"] == "invalid_request_error" and err["message"] and err["param"] == param
+    assert server.get("/health").status_code == 200
+
+
+def test_models_health_metrics_and_reset(server):
+    models = server.get("/v1/models").json()
+    assert models["data"][0]["id"] == "qwen3-coder-30b-a3b"
+    complete(server, prompt=list(range(5000, 5300)), max_tokens=1, user="m")
+    text = server.get("/metrics").text
+    values = {
+        line.split()[0]: float(line.split()[1])
+        for line in text.splitlines()
+        if line.startswith("replay_sim:")
+    }
+    for name in (
+        "prompt_tokens",
+        "output_tokens",
+        "device_hit_tokens",
+        "host_restore_tokens",
+        "computed_prefill_tokens",
+        "host_write_tokens",
+        "host_evicted_tokens",
+        "preemptions",
+    ):
+        assert f"replay_sim:{name}_total" in values
+    assert values["replay_sim:prompt_tokens_total"] >= 300
+    assert values["replay_sim:host_write_tokens_total"] >= 256  # the 300-token prompt's chunks
+    assert server.post("/reset_prefix_cache").status_code == 200
+    again = complete(server, prompt=list(range(5000, 5300)), max_tokens=1, user="m")
+    assert again["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
+
+
+def test_cli_reports_bad_options_without_traceback(tmp_path: Path):
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "replay.cli.main",
+            "sim",
+            "serve",
+            "--port",
+            "0",
+            "--hardware",
+            "tpu-v9",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ},
+    )
+    assert r.returncode == 2
+    assert "unknown hardware 'tpu-v9'" in r.stderr and "h100" in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_time_scale_paces_answers_in_wall_time():
+    import asyncio
+
+    from aiohttp import web
+
+    from replay.sim.options import SimConfig
+    from replay.sim.server import build_app
+
+    # llama-3-8b on an H100 at efficiency 1: a 4096-token prefill takes 66 ms simulated
+    cfg = SimConfig(
+        hardware="h100",
+        model="llama-3-8b",
+        tp=1,
+        device_kv_gib=2,
+        efficiency=1.0,
+        attention_flops=False,
+    )
+
+    async def latency(scale: float) -> float:
+        runner = web.AppRunner(build_app(SimConfig(**{**cfg.to_dict(), "time_scale": scale})))
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        try:
+            async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as c:
+                t0 = time.monotonic()
+                r = await c.post(
+                    "/v1/completions", json={"prompt": list(range(4096)), "max_tokens": 1}
+                )
+                assert r.status_code == 200
+                return time.monotonic() - t0
+        finally:
+            await runner.cleanup()
+
+    sim_s = 2 * 8.0e9 * 4096 / 989.5e12
+    fast = asyncio.run(latency(0.0))  # answers as fast as it computes
+    slow = asyncio.run(latency(10.0))  # ten wall seconds per simulated second
+    assert slow >= 10 * sim_s * 0.95
+    assert fast < slow
