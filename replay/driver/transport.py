@@ -13,7 +13,9 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
-__all__ = ["CompletionRequest", "CompletionResult", "Transport"]
+from replay.errors import RequestFailed
+
+__all__ = ["CompletionRequest", "CompletionResult", "Transport", "ConnectionRefused"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -37,7 +39,9 @@ class CompletionResult:
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
     cached_tokens: int | None = None  # usage.prompt_tokens_details.cached_tokens
-    cached_by_source: dict[str, int] | None = None  # e.g. SGLang's per-tier details, sim's device/host
+    cached_by_source: dict[str, int] | None = (
+        None  # e.g. SGLang's per-tier details, sim's device/host
+    )
     output_ids: list[int] | None = None  # returned token ids, when the server returns them
     extra: dict = field(default_factory=dict)  # engine-specific fields worth keeping (timings, ...)
 
@@ -53,3 +57,11 @@ class Transport(Protocol):
     async def complete(self, request: CompletionRequest) -> CompletionResult: ...
 
     async def close(self) -> None: ...
+
+
+class ConnectionRefused(RequestFailed):
+    """The server refused the connection (nothing listening). The pool retries such a call until
+    `server_gone_grace_s` has passed since the first refusal, then stops the run as failed."""
+
+    def __init__(self, message: str):
+        super().__init__("connection", message)

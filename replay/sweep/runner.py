@@ -62,23 +62,16 @@ def _run_options(adapter: EngineAdapter, run: Mapping[str, Any]):
     return RunOptions(**kwargs, request_extras=adapter.request_extras)
 
 
-def _http_factory(url: str, run: Mapping[str, Any], model: str | None) -> Callable[[], Any]:
-    from replay.driver.http_common import HttpOptions
+def _http_factory(
+    url: str, trace, run: Mapping[str, Any], options, model: str | None
+) -> Callable[[], Any]:
+    """The driver's own HTTP factory: connection limit sized for sub-agents, connections opened
+    before the clock starts, transport chosen by the run's `transport` key."""
+    from replay.driver.http import http_transport_factory
 
-    opts = HttpOptions(
-        base_url=url,
-        model=model,
-        limit=max(1, int(run["pool"])),
-        request_timeout_s=float(run.get("request_timeout_s", 600.0)),
-        connect_timeout_s=float(run.get("connect_timeout_s", 10.0)),
+    return http_transport_factory(
+        url, trace, options, transport=run.get("transport", "aiohttp"), model=model
     )
-    if run.get("transport", "aiohttp") == "httpx":
-        from replay.driver.http_httpx import HttpxTransport
-
-        return lambda: HttpxTransport(opts)
-    from replay.driver.http_aiohttp import AiohttpTransport
-
-    return lambda: AiohttpTransport(opts)
 
 
 def _served_model(options: Mapping[str, Any]) -> str | None:
@@ -256,7 +249,8 @@ class SweepRunner:
                 )
                 start = mapper.map_counters(recorder.start())
                 counters_fn = _end_counters(recorder, mapper, start, info)
-            factory = _http_factory(url, run, _served_model(options))
+            run_options = _run_options(mapper, run)
+            factory = _http_factory(url, self.trace, run, run_options, _served_model(options))
             with contextlib.ExitStack() as stack:
                 dog = None
                 if server is not None:
@@ -266,7 +260,7 @@ class SweepRunner:
                 result = run_replay(
                     self.trace,
                     factory,
-                    _run_options(mapper, run),
+                    run_options,
                     run_dir,
                     virtual=False,
                     provenance=prov,

@@ -1,0 +1,64 @@
+"""Choosing and building an HTTP transport: the registry, the default, the connection limit."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from replay.driver.http_aiohttp import AiohttpTransport
+from replay.driver.http_common import HttpOptions
+from replay.driver.http_httpx import HttpxTransport
+from replay.driver.options import RunOptions
+from replay.driver.transport import Transport
+from replay.errors import ConfigError
+from replay.trace.model import Trace
+
+__all__ = ["TRANSPORTS", "DEFAULT_TRANSPORT", "connection_limit", "http_transport_factory"]
+
+TRANSPORTS: dict[str, type] = {"aiohttp": AiohttpTransport, "httpx": HttpxTransport}
+# aiohttp: lowest client CPU per call and flat send drift at 1,024 connections (docs/driver.md)
+DEFAULT_TRANSPORT = "aiohttp"
+
+_OPEN_LOOP_LIMIT = 4096
+_PREWARM_MAX = 1024
+
+
+def connection_limit(trace: Trace, options: RunOptions) -> int:
+    """Keep-alive connections a run needs: one per request that can be in flight at once.
+
+    Closed loop: the pool plus sub-agents running beside their parents (at most 4x the pool);
+    open loop: as many as arrive at once (capped); `max_inflight` bounds both.
+    """
+    if options.max_inflight is not None:
+        return options.max_inflight
+    if any(c.at_s is not None for c in trace.calls[:1]):
+        return _OPEN_LOOP_LIMIT
+    subagents = len(trace.tasks) - len(trace.root_task_ids)
+    return max(1, min(options.pool + subagents, 4 * options.pool))
+
+
+def http_transport_factory(
+    url: str,
+    trace: Trace,
+    options: RunOptions,
+    *,
+    transport: str = DEFAULT_TRANSPORT,
+    model: str | None = None,
+) -> Callable[[], Transport]:
+    """A zero-argument factory for `run_replay`, validated now (bad URL or name -> ConfigError)."""
+    if transport not in TRANSPORTS:
+        valid = ", ".join(TRANSPORTS)
+        raise ConfigError("run", "--transport", f"unknown transport {transport!r}; valid: {valid}")
+    limit = connection_limit(trace, options)
+    try:
+        http = HttpOptions(
+            url,
+            model=model,
+            limit=limit,
+            prewarm_connections=min(limit, options.pool, _PREWARM_MAX),
+            request_timeout_s=options.request_timeout_s,
+            connect_timeout_s=options.connect_timeout_s,
+        )
+    except ValueError as e:
+        raise ConfigError("run", "--url", str(e)) from None
+    cls = TRANSPORTS[transport]
+    return lambda: cls(http)

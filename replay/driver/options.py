@@ -1,0 +1,88 @@
+"""`RunOptions`: everything that shapes one replay, validated on construction."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from replay.errors import ConfigError
+
+__all__ = ["RunOptions", "TIMINGS", "ON_ERROR"]
+
+TIMINGS = ("think", "original")
+ON_ERROR = ("continue", "abort-task")
+
+# engine adapter hook: (max_tokens, forced output ids or None) -> extra request fields
+RequestExtras = Callable[[int, list[int] | None], dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """How the agent pool replays a trace.
+
+    - `pool`: task slots running at once (A). Sub-agent tasks run beside their parent, slot-free.
+    - `gap_scale`: multiplies every recorded gap (think time, tail gap, open-loop arrival time).
+    - `timing`: "think" waits the recorded gap after the dependency ends; "original" keeps the
+      recording's start-to-start pace within a task (still never before the dependency ends).
+    - `on_error`: "continue" goes on with the task's next call; "abort-task" drops its remaining calls.
+    - `strict`: a prompt/completion length mismatch fails the run.
+    - `max_inflight`, `max_rps`: optional caps on concurrent requests and send rate (off: None).
+    - `request_timeout_s`: whole-request limit; `connect_timeout_s`: TCP connect limit.
+    - `server_gone_grace_s`: how long connection refusals are retried before the run fails.
+    - `interrupt_grace_s`: after Ctrl-C/SIGTERM/failure, how long in-flight calls may finish.
+    - `forcing`: send the recorded output ids to the engine adapter's `request_extras`.
+    - `truncate_prompt_tokens`: keep only the first N tokens of every prompt (prefix sharing
+      survives), for models shorter than the recorded context; None sends prompts whole.
+    - `request_extras`: the engine adapter's hook; None is plain OpenAI.
+    - `drift_warn_s`: p99 send drift above which the run warns that the client shaped the result.
+    """
+
+    pool: int
+    gap_scale: float = 1.0
+    timing: Literal["think", "original"] = "think"
+    on_error: Literal["continue", "abort-task"] = "continue"
+    strict: bool = False
+    max_inflight: int | None = None
+    max_rps: float | None = None
+    request_timeout_s: float = 600.0
+    connect_timeout_s: float = 10.0
+    server_gone_grace_s: float = 30.0
+    interrupt_grace_s: float = 5.0
+    progress: bool = False
+    forcing: bool = False
+    truncate_prompt_tokens: int | None = None
+    request_extras: RequestExtras | None = None
+    drift_warn_s: float = 0.010
+
+    def __post_init__(self) -> None:
+        def bad(field: str, why: str) -> ConfigError:
+            return ConfigError("run options", field, why)
+
+        if not isinstance(self.pool, int) or self.pool < 1:
+            raise bad("pool", f"must be an integer >= 1, got {self.pool!r}")
+        if not self.gap_scale >= 0:
+            raise bad("gap_scale", f"must be >= 0, got {self.gap_scale!r}")
+        if self.timing not in TIMINGS:
+            raise bad("timing", f"must be one of {', '.join(TIMINGS)}, got {self.timing!r}")
+        if self.on_error not in ON_ERROR:
+            raise bad("on_error", f"must be one of {', '.join(ON_ERROR)}, got {self.on_error!r}")
+        if self.max_inflight is not None and self.max_inflight < 1:
+            raise bad("max_inflight", f"must be >= 1 (or unset), got {self.max_inflight}")
+        if self.max_rps is not None and not self.max_rps > 0:
+            raise bad("max_rps", f"must be > 0 (or unset), got {self.max_rps}")
+        for name in ("request_timeout_s", "connect_timeout_s"):
+            if not getattr(self, name) > 0:
+                raise bad(name, f"must be > 0, got {getattr(self, name)!r}")
+        for name in ("server_gone_grace_s", "interrupt_grace_s", "drift_warn_s"):
+            if not getattr(self, name) >= 0:
+                raise bad(name, f"must be >= 0, got {getattr(self, name)!r}")
+        if self.truncate_prompt_tokens is not None and self.truncate_prompt_tokens < 1:
+            raise bad("truncate_prompt_tokens", f"must be >= 1, got {self.truncate_prompt_tokens}")
+
+    def config_dict(self) -> dict[str, Any]:
+        """JSON-able view for run.json (the hook is named, not serialized)."""
+        out = {k: getattr(self, k) for k in self.__dataclass_fields__ if k != "request_extras"}
+        hook = self.request_extras
+        out["request_extras"] = None if hook is None else getattr(hook, "__qualname__", str(hook))
+        return out

@@ -1,0 +1,581 @@
+"""The agent pool: replays a trace through a transport, keeping every recorded dependency.
+
+Closed loop: `pool` slots take root tasks in trace order; a call is sent once the previous call of
+its task and every `after` call have ended and its gap has elapsed; a sub-agent task starts when the
+call that spawned it ends and runs beside its parent without taking a slot. Open loop (every call
+has `at_s`): calls are sent at their arrival times whatever the server does.
+
+Time is only ever read from `loop.time()`, and sends wait for absolute deadlines, so the same code
+paces a real server on a normal loop and the simulator on `replay.clock.VirtualTimeLoop`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from replay.clock import VirtualTimeLoop
+from replay.driver.options import RunOptions
+from replay.driver.transport import (
+    CompletionRequest,
+    CompletionResult,
+    ConnectionRefused,
+    Transport,
+)
+from replay.errors import ConfigError, RequestFailed, ServerGone
+from replay.trace.model import Call, CallRef, Step, Trace
+
+__all__ = ["RunResult", "RunControl", "PoolStats", "replay"]
+
+Sink = Callable[[dict[str, Any]], None]
+
+_LAG_PERIOD_S = 0.05  # event-loop lag probe interval (real loops only)
+
+
+@dataclass
+class PoolStats:
+    """Live counts, read by the progress bar."""
+
+    total: int
+    done: int = 0
+    inflight: int = 0
+    errors: int = 0
+
+
+@dataclass
+class RunResult:
+    """What a replay produced. `rows` are the call records (also streamed to the sink)."""
+
+    status: str  # ok | errors | failed | interrupted
+    reason: str | None
+    rows: list[dict[str, Any]]
+    total_calls: int
+    skipped_calls: int
+    connection_retries: int
+    loop_lag_s: list[float] = field(default_factory=list)
+    open_loop: bool = False
+
+
+class RunControl:
+    """Lets the owner of the run stop it from outside (signal handlers): no new sends after."""
+
+    def __init__(self) -> None:
+        self._pool: _Pool | None = None
+        self._pending: tuple[str, str] | None = None
+
+    def stop(self, status: str = "interrupted", reason: str = "interrupted") -> None:
+        if self._pool is not None:
+            self._pool.stop(status, reason)
+        else:
+            self._pending = (status, reason)
+
+    def hurry(self) -> None:
+        """After `stop`: cancel the calls still in flight now instead of after their grace."""
+        if self._pool is not None:
+            self._pool.hurry()
+
+
+async def replay(
+    trace: Trace,
+    transport: Transport,
+    options: RunOptions,
+    sink: Sink | None = None,
+    *,
+    control: RunControl | None = None,
+) -> RunResult:
+    """Replay `trace` through `transport` on the running loop; start and close the transport.
+
+    Every finished call becomes a row (see docs/results.md) passed to `sink` as soon as it ends.
+    """
+    pool = _Pool(trace, transport, options, sink)
+    if control is not None:
+        control._pool = pool
+        if control._pending:
+            pool.stop(*control._pending)
+    await transport.start()
+    try:
+        return await pool.run()
+    finally:
+        await transport.close()
+
+
+def _open_loop(trace: Trace) -> bool:
+    with_at = sum(1 for c in trace.calls if c.at_s is not None)
+    if with_at and with_at != len(trace.calls):
+        raise ConfigError(
+            trace.path or "trace",
+            "at_s",
+            f"{with_at} of {len(trace.calls)} calls have arrival times; a trace is either open "
+            "loop (every call has at_s) or closed loop (none has)",
+        )
+    if with_at:
+        for task, calls in trace.tasks.items():
+            for a, b in zip(calls, calls[1:], strict=False):
+                if float(b.at_s or 0.0) < float(a.at_s or 0.0):
+                    raise ConfigError(
+                        trace.path or "trace",
+                        "at_s",
+                        f"task {task!r}: call {b.index} arrives before call {a.index}",
+                    )
+    return with_at > 0
+
+
+class _RateLimiter:
+    """At most `rate` sends a second, spaced by absolute deadlines on the loop clock.
+
+    Used on the virtual-time loop, where asyncio-throttle cannot work: it reads time.monotonic()
+    and polls with real sleeps. Real runs use asyncio-throttle (see `_make_rate_limiter`).
+    """
+
+    def __init__(self, rate: float) -> None:
+        self._interval = 1.0 / rate
+        self._next = float("-inf")
+
+    async def wait(self, loop: asyncio.AbstractEventLoop) -> None:
+        now = loop.time()
+        t = max(now, self._next)
+        self._next = t + self._interval
+        if t > now:
+            await _sleep_until(loop, t)
+
+
+class _ThrottleLimiter:
+    """`--max-rps` on a wall-clock loop through asyncio-throttle: one send per 1/rate window, so
+    sends are spaced as `_RateLimiter` spaces them; its poll interval is kept to a tenth of the
+    spacing (at most 1 ms) so the cap itself adds little send drift."""
+
+    def __init__(self, rate: float) -> None:
+        from asyncio_throttle import Throttler
+
+        interval = 1.0 / rate
+        self._throttler = Throttler(
+            rate_limit=1, period=interval, retry_interval=min(1e-3, interval / 10)
+        )
+
+    async def wait(self, loop: asyncio.AbstractEventLoop) -> None:
+        await self._throttler.acquire()
+
+
+def _make_rate_limiter(rate: float, loop: asyncio.AbstractEventLoop):
+    return _RateLimiter(rate) if isinstance(loop, VirtualTimeLoop) else _ThrottleLimiter(rate)
+
+
+async def _sleep_until(loop: asyncio.AbstractEventLoop, t: float) -> None:
+    """Wait for an absolute loop time (no drift from re-computing relative delays)."""
+    if t <= loop.time():
+        return
+    fut = loop.create_future()
+    handle = loop.call_at(t, _wake, fut)
+    try:
+        await fut
+    finally:
+        handle.cancel()
+
+
+def _wake(fut: asyncio.Future) -> None:
+    if not fut.done():
+        fut.set_result(None)
+
+
+class _Pool:
+    def __init__(
+        self, trace: Trace, transport: Transport, options: RunOptions, sink: Sink | None
+    ) -> None:
+        self.trace = trace
+        self.transport = transport
+        self.opt = options
+        self.sink = sink
+        self.open_loop = _open_loop(trace)
+        self.loop = asyncio.get_running_loop()
+        self.virtual = isinstance(self.loop, VirtualTimeLoop)
+        self.t0 = self.loop.time()
+        self.rows: list[dict[str, Any]] = []
+        self.stats = PoolStats(total=len(trace))
+        self.status = "ok"
+        self.reason: str | None = None
+        self.stopping = False
+        self.skipped = 0
+        self.retries = 0
+        self.refused_since: float | None = None
+        self.lags: list[float] = []
+        self._ends: dict[CallRef, asyncio.Future] = {}  # only refs someone waits on
+        self._children: dict[CallRef, list[str]] = {}
+        for tid, calls in trace.tasks.items():
+            first = calls[0]
+            if first.parent is not None:
+                self._children.setdefault(first.parent, []).append(tid)
+        for c in trace.calls:
+            for ref in c.after:
+                self._end_future(ref)
+        self._agents: set[asyncio.Task] = set()
+        self._sending: set[asyncio.Task] = set()
+        self._all_done = self.loop.create_future()
+        self._hurry = self.loop.create_future()  # set: in-flight calls get no more grace
+        self._sem = asyncio.Semaphore(options.max_inflight) if options.max_inflight else None
+        self._rate = _make_rate_limiter(options.max_rps, self.loop) if options.max_rps else None
+
+    # --- lifecycle -------------------------------------------------------------------------
+
+    async def run(self) -> RunResult:
+        bar = None
+        if self.opt.progress and not self.virtual:
+            from replay.driver.progress import ProgressBar
+
+            bar = ProgressBar(self.stats)
+        self.t0 = self.loop.time()
+        helpers: list[asyncio.Task] = []
+        if not self.virtual:
+            helpers.append(self.loop.create_task(self._probe_lag()))
+        if bar is not None:
+            helpers.append(self.loop.create_task(bar.run()))
+        if self.open_loop:
+            self._spawn(self._dispatch_open_loop())
+        else:
+            roots = iter(self.trace.root_task_ids)
+            for slot in range(min(self.opt.pool, len(self.trace.root_task_ids))):
+                self._spawn(self._slot(slot, roots))
+        if not self._agents and not self._all_done.done():
+            self._all_done.set_result(None)
+        try:
+            await self._all_done
+            if self.stopping:
+                await self._drain()
+        except asyncio.CancelledError:
+            self.stop("interrupted", "cancelled")
+            await self._drain()
+            raise
+        finally:
+            for h in helpers:
+                h.cancel()
+            await asyncio.gather(*helpers, return_exceptions=True)
+            if bar is not None:
+                bar.close()
+        if self.status == "ok" and self.stats.errors:
+            self.status = "errors"
+        sent = {(r["task"], r["call"]) for r in self.rows}
+        self.skipped = len(self.trace) - len(sent)
+        return RunResult(
+            status=self.status,
+            reason=self.reason,
+            rows=self.rows,
+            total_calls=len(self.trace),
+            skipped_calls=self.skipped,
+            connection_retries=self.retries,
+            loop_lag_s=self.lags,
+            open_loop=self.open_loop,
+        )
+
+    def stop(self, status: str, reason: str) -> None:
+        """No new sends; waiting agents end now, in-flight calls get `interrupt_grace_s`."""
+        if self.stopping:
+            return
+        self.stopping = True
+        self.status, self.reason = status, reason
+        for t in list(self._agents):
+            if t not in self._sending:
+                t.cancel()
+        if not self._all_done.done():
+            self._all_done.set_result(None)
+
+    def hurry(self) -> None:
+        if not self._hurry.done():
+            self._hurry.set_result(None)
+
+    async def _drain(self) -> None:
+        """Give in-flight calls `interrupt_grace_s` (less if hurried), then cancel the rest."""
+        deadline = self.loop.time() + self.opt.interrupt_grace_s
+        while not self._hurry.done():
+            pending = {t for t in self._agents if not t.done()}
+            left_s = deadline - self.loop.time()
+            if not pending or left_s <= 0:
+                break
+            await asyncio.wait(
+                pending | {self._hurry}, timeout=left_s, return_when=asyncio.FIRST_COMPLETED
+            )
+        for t in list(self._agents):
+            t.cancel()
+        await asyncio.gather(*self._agents, return_exceptions=True)
+
+    def _spawn(self, coro) -> None:
+        t = self.loop.create_task(coro)
+        self._agents.add(t)
+        t.add_done_callback(self._agent_done)
+
+    def _agent_done(self, t: asyncio.Task) -> None:
+        self._agents.discard(t)
+        self._sending.discard(t)
+        if not t.cancelled() and t.exception() is not None and not self.stopping:
+            self.stop("failed", f"internal error: {t.exception()!r}")
+        if not self._agents and not self._all_done.done():
+            self._all_done.set_result(None)
+
+    def _end_future(self, ref: CallRef) -> asyncio.Future:
+        fut = self._ends.get(ref)
+        if fut is None:
+            fut = self._ends[ref] = self.loop.create_future()
+        return fut
+
+    def _ended(self, ref: CallRef, t_end: float | None, slot: int, spawn: bool = True) -> None:
+        """A call ended (t_end) or will never be sent (None): wake its waiters, start sub-agents
+        (unless `spawn` is False: a failed call that aborts its task spawns nothing)."""
+        fut = self._ends.get(ref)
+        if fut is not None and not fut.done():
+            fut.set_result(t_end if t_end is not None else self.loop.time())
+        for child in self._children.get(ref, ()):
+            if t_end is None or self.stopping or not spawn:
+                self._skip_task(child, slot)
+            else:
+                self._spawn(self._run_task(child, slot, t_end))
+
+    def _skip_task(self, task: str, slot: int, from_index: int = 0) -> None:
+        for c in self.trace.tasks[task][from_index:]:
+            self._ended(c.ref, None, slot)
+
+    # --- closed loop -----------------------------------------------------------------------
+
+    async def _slot(self, slot: int, roots) -> None:
+        base = self.t0
+        for task in roots:
+            base = await self._run_task(task, slot, base)
+            tail = self.trace.tasks[task][-1].tail_gap_s or 0.0
+            base += tail * self.opt.gap_scale
+            await _sleep_until(self.loop, base)
+
+    async def _run_task(self, task: str, slot: int, base: float) -> float:
+        """Run one task's calls in order from `base` (loop time its first dependency ended)."""
+        calls = self.trace.tasks[task]
+        dep_end = base
+        prev: tuple[Call, float] | None = None  # previous call and its send time (timing=original)
+        i = 0
+        try:
+            for i, step in enumerate(self.trace.steps(task)):  # noqa: B007 - i used after loop
+                c = step.call
+                for ref in c.after:
+                    dep_end = max(dep_end, await self._ends[ref])
+                t_ready = self._ready_time(c, dep_end, prev)
+                await _sleep_until(self.loop, t_ready)
+                if self.stopping:
+                    return dep_end
+                row = await self._send(step, slot, t_ready)
+                t_end = self.t0 + row["t_end"]
+                abort = row["status"] != "ok" and self.opt.on_error == "abort-task"
+                self._ended(c.ref, t_end, slot, spawn=not abort)
+                prev = (c, self.t0 + row["t_send"])
+                dep_end = t_end
+                if self.stopping:
+                    return dep_end
+                if abort:
+                    self._skip_task(task, slot, i + 1)
+                    return dep_end
+            return dep_end
+        except asyncio.CancelledError:
+            # stopping: nothing more of this task (or the sub-agents it would spawn) will run
+            if i < len(calls):
+                self._skip_task(task, slot, i)
+            raise
+
+    def _ready_time(self, c: Call, dep_end: float, prev: tuple[Call, float] | None) -> float:
+        scale = self.opt.gap_scale
+        if self.opt.timing == "original" and prev is not None:
+            rec, prev_rec = c.recorded or {}, prev[0].recorded or {}
+            if "start_s" in rec and "start_s" in prev_rec:
+                pace = (rec["start_s"] - prev_rec["start_s"]) * scale
+                return max(dep_end, prev[1] + pace)
+        return dep_end + c.gap_s * scale
+
+    # --- open loop -------------------------------------------------------------------------
+
+    async def _dispatch_open_loop(self) -> None:
+        order = sorted(range(len(self.trace.calls)), key=lambda k: (self.trace.calls[k].at_s, k))
+        steps: dict[str, Any] = {}
+        left = {t: len(cs) for t, cs in self.trace.tasks.items()}
+        for k in order:
+            c = self.trace.calls[k]
+            await _sleep_until(self.loop, self.t0 + float(c.at_s or 0.0) * self.opt.gap_scale)
+            if self.stopping:
+                return
+            gen = steps.get(c.task)
+            if gen is None:
+                gen = steps[c.task] = self.trace.steps(c.task)
+            step = next(gen)  # arrival order within a task is checked by _open_loop
+            left[c.task] -= 1
+            if not left[c.task]:
+                del steps[c.task]
+            t_ready = self.t0 + float(c.at_s or 0.0) * self.opt.gap_scale
+            self._spawn(self._send_open(step, t_ready))
+
+    async def _send_open(self, step: Step, t_ready: float) -> None:
+        await self._send(step, -1, t_ready)
+
+    # --- one call --------------------------------------------------------------------------
+
+    def _request(self, step: Step) -> CompletionRequest:
+        c = step.call
+        prompt = step.prompt
+        n = self.opt.truncate_prompt_tokens
+        if n is not None and len(prompt) > n:
+            prompt = prompt[:n]
+        forced = step.output if self.opt.forcing else None
+        extras: dict[str, Any] = {}
+        if self.opt.request_extras is not None:
+            forced_ids = forced.tolist() if forced is not None else None
+            extras = self.opt.request_extras(c.output_len, forced_ids)
+        return CompletionRequest(
+            task=c.task,
+            call=c.index,
+            prompt=prompt,
+            max_tokens=c.output_len,
+            forced_output=forced,
+            extras=extras,
+        )
+
+    async def _send(self, step: Step, slot: int, t_ready: float) -> dict[str, Any]:
+        req = self._request(step)
+        if self._sem is not None:
+            async with self._sem:
+                return await self._send_now(req, slot, t_ready)
+        return await self._send_now(req, slot, t_ready)
+
+    async def _send_now(self, req: CompletionRequest, slot: int, t_ready: float) -> dict[str, Any]:
+        if self._rate is not None:
+            await self._rate.wait(self.loop)
+        me = asyncio.current_task()
+        self._sending.add(me)  # type: ignore[arg-type]
+        self.stats.inflight += 1
+        t_send = self.loop.time()
+        result: CompletionResult | None = None
+        error: RequestFailed | None = None
+        try:
+            result, t_send, error = await self._complete_retrying(req, t_send)
+        except asyncio.CancelledError:
+            error = RequestFailed("cancelled", "run stopped while the call was in flight")
+            self._record(req, slot, t_ready, t_send, None, error)
+            raise
+        finally:
+            self.stats.inflight -= 1
+            self._sending.discard(me)  # type: ignore[arg-type]
+        return self._record(req, slot, t_ready, t_send, result, error)
+
+    async def _complete_retrying(
+        self, req: CompletionRequest, t_send: float
+    ) -> tuple[CompletionResult | None, float, RequestFailed | None]:
+        """Send once; on connection refused, retry until the server-gone grace has passed."""
+        backoff_s = 0.05
+        while True:
+            try:
+                res = await self.transport.complete(req)
+                self.refused_since = None
+                return res, t_send, None
+            except ServerGone as e:
+                self.stop("failed", f"server gone: {e}")
+                return None, t_send, RequestFailed("connection", str(e))
+            except ConnectionRefused as e:
+                now = self.loop.time()
+                if self.refused_since is None:
+                    self.refused_since = now
+                if now - self.refused_since >= self.opt.server_gone_grace_s or self.stopping:
+                    grace = self.opt.server_gone_grace_s
+                    self.stop("failed", f"server gone: refused connections for {grace:g} s: {e}")
+                    return None, t_send, e
+                self.retries += 1
+                await _sleep_until(self.loop, now + backoff_s)
+                backoff_s = min(1.0, backoff_s * 2)
+                t_send = self.loop.time()
+            except RequestFailed as e:
+                return None, t_send, e
+
+    def _record(
+        self,
+        req: CompletionRequest,
+        slot: int,
+        t_ready: float,
+        t_send: float,
+        res: CompletionResult | None,
+        error: RequestFailed | None,
+    ) -> dict[str, Any]:
+        t0 = self.t0
+        sent = len(req.prompt)
+        t_end = res.t_end if res is not None else self.loop.time()
+        row: dict[str, Any] = {
+            "task": req.task,
+            "call": req.call,
+            "slot": slot,
+            "t_ready": t_ready - t0,
+            "t_send": t_send - t0,
+            "t_first_token": None,
+            "t_end": t_end - t0,
+            "drift_s": t_send - t_ready,
+            "prompt_tokens": sent,
+            "prompt_tokens_reported": None,
+            "max_tokens": req.max_tokens,
+            "completion_tokens": None,
+            "cached_tokens": None,
+            "device_hit_tokens": None,
+            "host_restore_tokens": None,
+            "exact_match": None,
+            "status": "ok",
+            "error_kind": None,
+            "error": None,
+        }
+        if res is not None:
+            if res.t_first_token is not None:
+                row["t_first_token"] = res.t_first_token - t0
+            row["prompt_tokens_reported"] = res.prompt_tokens
+            row["completion_tokens"] = res.completion_tokens
+            row["cached_tokens"] = res.cached_tokens
+            src = res.cached_by_source or {}
+            row["device_hit_tokens"] = _first(src, "device_hit_tokens", "device")
+            row["host_restore_tokens"] = _first(src, "host_restore_tokens", "host")
+            if req.forced_output is not None and res.output_ids is not None:
+                row["exact_match"] = _exact_match(req.forced_output, res.output_ids)
+            mismatch = (res.prompt_tokens is not None and res.prompt_tokens != sent) or (
+                res.completion_tokens is not None and res.completion_tokens != req.max_tokens
+            )
+            if mismatch and self.opt.strict:
+                error = RequestFailed(
+                    "length_mismatch",
+                    f"sent {sent} prompt tokens and asked for {req.max_tokens}; server reported "
+                    f"{res.prompt_tokens} and {res.completion_tokens}",
+                )
+                self.stop("failed", f"--strict: length mismatch on {req.task} call {req.call}")
+        if error is not None:
+            row["status"] = "error"
+            row["error_kind"] = error.kind
+            row["error"] = str(error)
+            self.stats.errors += 1
+        self.stats.done += 1
+        self.rows.append(row)
+        if self.sink is not None:
+            self.sink(row)
+        return row
+
+    # --- client health ---------------------------------------------------------------------
+
+    async def _probe_lag(self) -> None:
+        target = self.loop.time() + _LAG_PERIOD_S
+        with contextlib.suppress(asyncio.CancelledError):
+            while True:
+                await _sleep_until(self.loop, target)
+                now = self.loop.time()
+                self.lags.append(now - target)
+                target = now + _LAG_PERIOD_S
+
+
+def _first(src: dict[str, int], *keys: str) -> int | None:
+    for k in keys:
+        if k in src:
+            return int(src[k])
+    return None
+
+
+def _exact_match(forced: np.ndarray, returned: list[int]) -> float:
+    n = len(forced)
+    if n == 0:
+        return 1.0
+    got = np.asarray(returned[:n], dtype=np.int64)
+    return float(np.count_nonzero(got == forced[: len(got)])) / n

@@ -1,0 +1,215 @@
+"""Call records: streamed to calls.jsonl as calls finish, converted to calls.parquet, summarized.
+
+Columns and summary keys are the contract of docs/results.md. The summary functions are pure (rows
+in, numbers out) so analysis code can recompute them from calls.parquet.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import IO, Any
+
+import numpy as np
+import orjson
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from replay.engines.base import CANONICAL_COUNTERS
+
+__all__ = [
+    "CALL_SCHEMA",
+    "CALL_COLUMNS",
+    "JsonlSink",
+    "read_jsonl",
+    "write_parquet",
+    "summarize",
+    "percentile",
+    "write_json_atomic",
+]
+
+CALL_SCHEMA = pa.schema(
+    [
+        ("task", pa.string()),
+        ("call", pa.int32()),
+        ("slot", pa.int32()),
+        ("t_ready", pa.float64()),
+        ("t_send", pa.float64()),
+        ("t_first_token", pa.float64()),
+        ("t_end", pa.float64()),
+        ("drift_s", pa.float64()),
+        ("prompt_tokens", pa.int64()),
+        ("prompt_tokens_reported", pa.int64()),
+        ("max_tokens", pa.int64()),
+        ("completion_tokens", pa.int64()),
+        ("cached_tokens", pa.int64()),
+        ("device_hit_tokens", pa.int64()),
+        ("host_restore_tokens", pa.int64()),
+        ("exact_match", pa.float64()),
+        ("status", pa.string()),
+        ("error_kind", pa.string()),
+        ("error", pa.string()),
+    ]
+)
+CALL_COLUMNS = tuple(CALL_SCHEMA.names)
+
+
+class JsonlSink:
+    """Appends one JSON line per finished call and flushes it, so a crash loses nothing finished."""
+
+    def __init__(self, path: str | os.PathLike) -> None:
+        self.path = Path(path)
+        self._f: IO[bytes] | None = open(self.path, "ab")  # noqa: SIM115 - closed by close()
+        self.rows = 0
+
+    def __call__(self, row: Mapping[str, Any]) -> None:
+        if self._f is None:
+            return
+        self._f.write(orjson.dumps(row) + b"\n")
+        self._f.flush()
+        self.rows += 1
+
+    def close(self) -> None:
+        if self._f is not None:
+            self._f.close()
+            self._f = None
+
+
+def read_jsonl(path: str | os.PathLike) -> list[dict[str, Any]]:
+    """Rows of a calls.jsonl; a last line cut off by a crash is ignored."""
+    rows = []
+    with open(path, "rb") as f:
+        for line in f:
+            if not line.strip():
+                continue
+            try:
+                rows.append(orjson.loads(line))
+            except orjson.JSONDecodeError:
+                break
+    return rows
+
+
+def write_parquet(rows: Iterable[Mapping[str, Any]], path: str | os.PathLike) -> None:
+    """calls.parquet with the fixed schema (an empty run still gets a file with the columns)."""
+    rows = list(rows)
+    cols = {name: [r.get(name) for r in rows] for name in CALL_COLUMNS}
+    table = pa.table(cols, schema=CALL_SCHEMA)
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".parquet.tmp")
+    os.close(fd)
+    try:
+        pq.write_table(table, tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_json_atomic(path: str | os.PathLike, obj: Any) -> None:
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".json.tmp")
+    with os.fdopen(fd, "wb") as f:
+        f.write(orjson.dumps(obj, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY))
+    os.replace(tmp, path)
+
+
+def percentile(values: Iterable[float], q: float) -> float | None:
+    """q-th percentile (linear interpolation), None for no values."""
+    arr = np.fromiter(values, dtype=np.float64)
+    return float(np.percentile(arr, q)) if arr.size else None
+
+
+def _sum_known(rows: list[Mapping[str, Any]], key: str) -> int | None:
+    """Sum of a per-call count, or None when no call reported it (unknown is not zero)."""
+    vals = [r[key] for r in rows if r.get(key) is not None]
+    return int(sum(vals)) if vals else None
+
+
+def summarize(
+    rows: Sequence[Mapping[str, Any]],
+    *,
+    counters: Mapping[str, Any] | None = None,
+    loop_lag_s: Iterable[float] = (),
+) -> dict[str, Any]:
+    """The run summary of docs/results.md.
+
+    makespan_s = max(t_end) - min(t_send) over calls; TTFT = t_first_token - t_send (ok calls);
+    task JCT = last t_end - first t_send of the task; drift = t_send - t_ready (all calls).
+    Server-side `counters` (canonical names) override the per-call sums where they are known.
+    """
+    ok = [r for r in rows if r["status"] == "ok"]
+    errors = len(rows) - len(ok)
+    makespan = max((r["t_end"] for r in rows), default=0.0) - min(
+        (r["t_send"] for r in rows), default=0.0
+    )
+    first: dict[str, float] = {}
+    last: dict[str, float] = {}
+    for r in rows:
+        t = r["task"]
+        first[t] = min(first.get(t, r["t_send"]), r["t_send"])
+        last[t] = max(last.get(t, r["t_end"]), r["t_end"])
+    jct = [last[t] - first[t] for t in first]
+    ttft = [r["t_first_token"] - r["t_send"] for r in ok if r.get("t_first_token") is not None]
+    prompt_tokens = sum(r["prompt_tokens"] for r in ok)
+    output_tokens = sum(
+        r["completion_tokens"] if r.get("completion_tokens") is not None else r["max_tokens"]
+        for r in ok
+    )
+    out: dict[str, Any] = {
+        "makespan_s": makespan,
+        "calls": len(rows),
+        "errors": errors,
+        "prompt_tokens": prompt_tokens,
+        "output_tokens": output_tokens,
+        "cached_tokens": _sum_known(ok, "cached_tokens"),
+    }
+    for name in CANONICAL_COUNTERS:
+        if name not in out:
+            out[name] = None
+    out["device_hit_tokens"] = _sum_known(ok, "device_hit_tokens")
+    out["host_restore_tokens"] = _sum_known(ok, "host_restore_tokens")
+    if out["device_hit_tokens"] is not None and out["host_restore_tokens"] is not None:
+        out["computed_prefill_tokens"] = (
+            prompt_tokens - out["device_hit_tokens"] - out["host_restore_tokens"]
+        )
+    for name, value in (counters or {}).items():
+        if name in ("prompt_tokens", "output_tokens"):
+            continue  # what the client sent and received stays the client's count
+        if value is not None or name not in out:
+            out[name] = value
+    exact = [r["exact_match"] for r in ok if r.get("exact_match") is not None]
+    drift = [r["drift_s"] for r in rows]
+    kinds: dict[str, int] = {}
+    for r in rows:
+        if r["status"] != "ok":
+            kinds[r["error_kind"]] = kinds.get(r["error_kind"], 0) + 1
+    out.update(
+        {
+            "ttft_p50_s": percentile(ttft, 50),
+            "ttft_p90_s": percentile(ttft, 90),
+            "ttft_p99_s": percentile(ttft, 99),
+            "jct_p50_s": percentile(jct, 50),
+            "jct_p90_s": percentile(jct, 90),
+            "prompt_mismatches": sum(
+                1
+                for r in rows
+                if r.get("prompt_tokens_reported") is not None
+                and r["prompt_tokens_reported"] != r["prompt_tokens"]
+            ),
+            "completion_mismatches": sum(
+                1
+                for r in rows
+                if r.get("completion_tokens") is not None
+                and r["completion_tokens"] != r["max_tokens"]
+            ),
+            "exact_match_rate": float(np.mean(exact)) if exact else None,
+            "drift_p50_s": percentile(drift, 50),
+            "drift_p99_s": percentile(drift, 99),
+            "drift_max_s": max(drift) if drift else None,
+            "loop_lag_p99_s": percentile(loop_lag_s, 99),
+            "error_kinds": kinds,
+        }
+    )
+    return out

@@ -1,0 +1,265 @@
+"""One replay run, start to finish: picks the loop, handles signals, writes the run directory.
+
+`run_replay` is the synchronous entry point the CLI and the sweep call. It writes calls.jsonl as
+calls finish, then calls.parquet, run.json (and counters.json when the transport has counters), per
+docs/results.md, and returns the summary. A run.json saying `failed` is written first, so a process
+that dies half way leaves a directory that says so.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import hashlib
+import platform
+import signal
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from replay.clock import VirtualTimeLoop
+from replay.driver.alloc import keep_freed_memory
+from replay.driver.options import RunOptions
+from replay.driver.pool import RunControl, RunResult, replay
+from replay.driver.records import JsonlSink, summarize, write_json_atomic, write_parquet
+from replay.driver.transport import Transport
+from replay.trace.model import Trace
+
+__all__ = ["run_replay", "EXIT_CODES", "exit_code"]
+
+# run.json status -> process exit code (`errors` still finished; the sweep reads the status)
+EXIT_CODES = {"ok": 0, "errors": 0, "failed": 1, "interrupted": 130}
+
+
+def exit_code(status: str) -> int:
+    return EXIT_CODES.get(status, 1)
+
+
+def run_replay(
+    trace: Trace,
+    transport_factory: Callable[[], Transport],
+    options: RunOptions,
+    out_dir: str | Path,
+    *,
+    virtual: bool = False,
+    provenance: Mapping[str, Any] | None = None,
+    counters_fn: Callable[[], Mapping[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """Replay `trace` and write `out_dir`; return the summary plus `status` and `reason`.
+
+    `transport_factory()` is called on the run's loop (a VirtualTimeLoop when `virtual`, else a
+    fresh asyncio loop). SIGINT/SIGTERM (main thread): the first stops sending and gives in-flight
+    calls `options.interrupt_grace_s`, a second cancels them at once; status `interrupted`. A
+    signal outside the replay proper is re-raised after the directory is written. `counters_fn()` returns
+    server-side canonical counters merged into the summary and written to counters.json.
+    """
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    guard = _SignalGuard()
+    with guard:
+        summary = _run(
+            trace, transport_factory, options, out, virtual, provenance, counters_fn, guard
+        )
+    guard.redeliver()
+    return summary
+
+
+def _run(
+    trace: Trace,
+    transport_factory: Callable[[], Transport],
+    options: RunOptions,
+    out: Path,
+    virtual: bool,
+    provenance: Mapping[str, Any] | None,
+    counters_fn: Callable[[], Mapping[str, Any]] | None,
+    guard: _SignalGuard,
+) -> dict[str, Any]:
+    jsonl = out / "calls.jsonl"
+    jsonl.unlink(missing_ok=True)
+    prov = _provenance(trace, provenance)
+    doc: dict[str, Any] = {
+        "status": "failed",
+        "reason": "did not finish (the process stopped before writing its result)",
+        "summary": None,
+        "provenance": prov,
+        "config": options.config_dict(),
+    }
+    write_json_atomic(out / "run.json", doc)
+    sink = JsonlSink(jsonl)
+    result: RunResult | None = None
+    counters: Mapping[str, Any] | None = None
+    try:
+        if virtual:
+            loop: asyncio.AbstractEventLoop = VirtualTimeLoop()
+        else:
+            keep_freed_memory()  # client CPU per call: see replay/driver/alloc.py
+            loop = asyncio.new_event_loop()
+        # The trace and everything loaded so far live for the whole run: freeze them out of the
+        # cyclic GC, whose full passes over a large trace otherwise stall the loop for 50-150 ms
+        # (send drift) at unpredictable moments.
+        gc.collect()
+        gc.freeze()
+        try:
+            result = loop.run_until_complete(_main(trace, transport_factory, options, sink, guard))
+            if counters_fn is not None:
+                counters = dict(counters_fn())
+        finally:
+            loop.run_until_complete(loop.shutdown_asyncgens())
+            loop.close()
+            gc.unfreeze()
+    finally:
+        sink.close()
+        prov["ended_at"] = _now_iso()
+        rows = result.rows if result is not None else []
+        write_parquet(rows, out / "calls.parquet")
+        if result is None:
+            doc["reason"] = f"crashed: {sys.exc_info()[1]!r}"
+            write_json_atomic(out / "run.json", doc)
+    summary = summarize(rows, counters=counters, loop_lag_s=result.loop_lag_s)
+    summary["calls_total"] = result.total_calls
+    summary["calls_skipped"] = result.skipped_calls
+    summary["connection_retries"] = result.connection_retries
+    warnings = []
+    drift = summary["drift_p99_s"]
+    healthy_end = result.status in ("ok", "errors")
+    if not virtual and healthy_end and drift is not None and drift > options.drift_warn_s:
+        warnings.append(
+            f"p99 send drift {drift * 1e3:.1f} ms exceeds {options.drift_warn_s * 1e3:.0f} ms: "
+            "the client, not the server, shaped these timings (fewer agents, --transport "
+            "aiohttp, or a less busy machine)"
+        )
+    summary["warnings"] = warnings
+    doc.update(status=result.status, reason=result.reason, summary=summary)
+    if counters is not None:
+        write_json_atomic(out / "counters.json", counters)
+    write_json_atomic(out / "run.json", doc)
+    for w in warnings:
+        print(f"replay: warning: {w}", file=sys.stderr)
+    return dict(summary, status=result.status, reason=result.reason)
+
+
+async def _main(
+    trace: Trace,
+    transport_factory: Callable[[], Transport],
+    options: RunOptions,
+    sink: JsonlSink,
+    guard: _SignalGuard,
+) -> RunResult:
+    loop = asyncio.get_running_loop()
+    control = RunControl()
+    transport = transport_factory()
+
+    def on_signal(hits: int) -> None:  # runs in a signal handler: only hand over to the loop
+        if hits == 1:
+            loop.call_soon_threadsafe(control.stop, "interrupted", "interrupted by signal")
+        else:
+            loop.call_soon_threadsafe(control.hurry)
+
+    if guard.hits:  # a signal came while the run was being set up: send nothing
+        control.stop("interrupted", "interrupted by signal")
+    guard.on_signal = on_signal
+    try:
+        return await replay(trace, transport, options, sink, control=control)
+    finally:
+        guard.on_signal = None
+
+
+class _SignalGuard:
+    """Owns SIGINT/SIGTERM for the whole of `run_replay` (main thread only; elsewhere the caller
+    handles signals). While the loop runs, the first signal stops sending and the second cancels
+    calls in flight. A signal that comes while no loop runs (set-up, writing the results) is
+    delivered again to the previous handler once the run directory is complete, so the caller
+    (CLI, sweep) still sees its KeyboardInterrupt or SIGTERM."""
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+    def __init__(self) -> None:
+        self.hits = 0
+        self.on_signal: Callable[[int], None] | None = None
+        self._unhandled: list[int] = []
+        self._previous: dict[int, Any] = {}
+
+    def __enter__(self) -> _SignalGuard:
+        if threading.current_thread() is threading.main_thread():
+            for sig in self.SIGNALS:
+                self._previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        self.hits += 1
+        if self.on_signal is not None:
+            self.on_signal(self.hits)
+        else:
+            self._unhandled.append(signum)
+
+    def __exit__(self, *exc: Any) -> None:
+        for sig, previous in self._previous.items():
+            signal.signal(sig, previous)
+        self._previous.clear()
+
+    def redeliver(self) -> None:
+        """Raise, through the restored handlers, a signal that no running loop handled."""
+        if self._unhandled:
+            signal.raise_signal(self._unhandled[0])
+
+
+def _provenance(trace: Trace, extra: Mapping[str, Any] | None) -> dict[str, Any]:
+    prov: dict[str, Any] = {
+        "trace": trace.path,
+        "trace_sha256": _sha256(trace.path) if trace.path else None,
+        "trace_calls": len(trace),
+        "argv": list(sys.argv),
+        "versions": _versions(),
+        "git_revision": _git_revision(),
+        "host": socket.gethostname(),
+        "started_at": _now_iso(),
+        "ended_at": None,
+    }
+    prov.update(extra or {})
+    return prov
+
+
+def _sha256(path: str) -> str | None:
+    h = hashlib.sha256()
+    try:
+        with open(path, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                h.update(block)
+    except OSError:
+        return None
+    return h.hexdigest()
+
+
+def _versions() -> dict[str, str | None]:
+    from importlib import metadata
+
+    out: dict[str, str | None] = {"python": platform.python_version()}
+    for pkg in ("replay", "aiohttp", "httpx", "numpy", "orjson", "pyarrow"):
+        try:
+            out[pkg] = metadata.version(pkg)
+        except metadata.PackageNotFoundError:
+            out[pkg] = None
+    return out
+
+
+def _git_revision() -> str | None:
+    try:
+        cp = subprocess.run(
+            ["git", "rev-parse", "HEAD"],
+            cwd=Path(__file__).resolve().parent,
+            capture_output=True,
+            text=True,
+            timeout=5,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return cp.stdout.strip() or None if cp.returncode == 0 else None
+
+
+def _now_iso() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")

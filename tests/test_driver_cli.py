@@ -1,0 +1,256 @@
+"""`replay run` as a user runs it: a real subprocess against real loopback servers."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import orjson
+import pandas as pd
+import pytest
+
+from replay.trace.io import write_trace
+from replay.trace.synth import synth
+from tests.servers import FaultServer, make_trace
+
+ROOT = Path(__file__).resolve().parents[1]
+REPLAY = [sys.executable, "-m", "replay.cli.main"]
+
+
+def _replay(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [*REPLAY, *args], capture_output=True, text=True, timeout=timeout, cwd=ROOT
+    )
+
+
+@pytest.fixture(scope="module")
+def trace_file(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("trace") / "t.jsonl.gz"
+    write_trace(synth("claude-code", tasks=4, seed=2, scale=0.01, max_calls_per_task=5), path)
+    return path
+
+
+def test_run_against_an_openai_server_writes_the_run_directory(trace_file, tmp_path):
+    out = tmp_path / "run"
+    with FaultServer(model="served-x") as srv:
+        cp = _replay(
+            "run", "--trace", str(trace_file), "--pool", "2", "--out", str(out),
+            "--url", srv.url, "--gap-scale", "0.001", "--json",
+        )  # fmt: skip
+    assert cp.returncode == 0, cp.stderr
+    summary = orjson.loads(cp.stdout)
+    for key in ("makespan_s", "calls", "errors", "prompt_tokens", "output_tokens",
+                "cached_tokens", "ttft_p50_s", "jct_p90_s", "drift_p99_s",
+                "host_restore_tokens", "prompt_mismatches"):  # fmt: skip
+        assert key in summary
+    assert summary["status"] == "ok" and summary["errors"] == 0
+    assert summary["calls"] == len(srv.seen) == summary["calls_total"]
+    assert summary["host_restore_tokens"] is None  # unknown is null, never 0
+    assert {s.body["model"] for s in srv.seen} == {"served-x"}  # from /v1/models
+    run = orjson.loads((out / "run.json").read_bytes())
+    assert run["provenance"]["served_model"] == "served-x"
+    assert len(run["provenance"]["trace_sha256"]) == 64
+    assert len(pd.read_parquet(out / "calls.parquet")) == summary["calls"]
+
+
+def test_run_on_the_simulator_in_virtual_time(trace_file, tmp_path):
+    cp = _replay(
+        "run", "--trace", str(trace_file), "--pool", "2", "--out", str(tmp_path),
+        "--engine", "sim", "--device-kv-gib", "2", "--json",
+    )  # fmt: skip
+    assert cp.returncode == 0, cp.stderr
+    summary = orjson.loads(cp.stdout)
+    assert summary["status"] == "ok" and summary["device_hit_tokens"] is not None
+    assert (tmp_path / "counters.json").exists()
+
+
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["--pool", "2"], "exactly one of --url"),
+        (["--pool", "0", "--url", "http://127.0.0.1:9"], "pool"),
+        (["--pool", "2", "--url", "ftp://x"], "--url"),
+        (["--pool", "2", "--url", "http://127.0.0.1:9", "--host-tier-gib", "4"], "--engine sim"),
+    ],
+)
+def test_bad_input_exits_2_with_one_line(trace_file, tmp_path, args, needle, capsys):
+    code, err = _main_in_process(
+        ["run", "--trace", str(trace_file), "--out", str(tmp_path), *args], capsys
+    )
+    assert code == 2
+    assert needle in err and err.startswith("replay: ") and err.count("\n") == 1
+
+
+def test_missing_trace_exits_2(tmp_path, capsys):
+    code, err = _main_in_process(
+        ["run", "--trace", str(tmp_path / "nope.jsonl"), "--pool", "1",
+         "--out", str(tmp_path), "--url", "http://127.0.0.1:9"], capsys,
+    )  # fmt: skip
+    assert code == 2 and "nope.jsonl" in err and "Traceback" not in err
+
+
+def _main_in_process(argv: list[str], capsys) -> tuple[int, str]:
+    """The real CLI entry point in this process (bad input never reaches the network)."""
+    from replay.cli.main import main
+
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    return int(e.value.code or 0), capsys.readouterr().err
+
+
+def test_server_gone_exits_nonzero_with_status_failed(tmp_path):
+    trace = tmp_path / "t.jsonl"
+    write_trace(make_trace({"a": [{}, {}]}), trace)
+    from tests.servers import free_port
+
+    cp = _replay("run", "--trace", str(trace), "--pool", "1", "--out", str(tmp_path / "o"),
+                 "--url", f"http://127.0.0.1:{free_port()}", "--server-gone-grace-s", "0.3")  # fmt: skip
+    assert cp.returncode == 1, cp.stderr
+    run = orjson.loads((tmp_path / "o" / "run.json").read_bytes())
+    assert run["status"] == "failed" and "server gone" in run["reason"]
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_signal_stops_sending_flushes_records_and_exits_130(tmp_path, sig):
+    trace = tmp_path / "t.jsonl"
+    write_trace(make_trace({f"t{i}": [{"gap": 0.05}] * 50 for i in range(4)}), trace)
+    out = tmp_path / "o"
+    with FaultServer(ttft_s=0.05, decode_s=0.05) as srv:
+        proc = subprocess.Popen(
+            [
+                *REPLAY,
+                "run",
+                "--trace",
+                str(trace),
+                "--pool",
+                "4",
+                "--out",
+                str(out),
+                "--url",
+                srv.url,
+                "--json",
+            ],  # fmt: skip
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            deadline = time.monotonic() + 30
+            while len(srv.seen) < 8 and time.monotonic() < deadline:
+                time.sleep(0.05)
+            proc.send_signal(sig)
+            stdout, stderr = proc.communicate(timeout=30)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        sent_at_stop = len(srv.seen)
+    assert proc.returncode == 130, stderr
+    run = orjson.loads((out / "run.json").read_bytes())
+    assert run["status"] == "interrupted"
+    rows = pd.read_parquet(out / "calls.parquet")
+    assert 8 <= len(rows) <= sent_at_stop < 200
+    assert orjson.loads(stdout)["status"] == "interrupted"
+    assert os.path.getsize(out / "calls.jsonl") > 0
+
+
+@pytest.fixture
+def sim_server(tmp_path):
+    """`replay sim serve` on port 0 as a subprocess; its URL once it listens; always stopped."""
+    ready = tmp_path / "port"
+    proc = subprocess.Popen(
+        [
+            *REPLAY,
+            "sim",
+            "serve",
+            "--port",
+            "0",
+            "--ready-file",
+            str(ready),
+            "--time-scale",
+            "0.001",
+            "--device-kv-gib",
+            "2",
+        ],  # fmt: skip
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not (ready.exists() and ready.read_text().strip()):
+            assert proc.poll() is None, proc.stderr.read().decode() if proc.stderr else ""
+            assert time.monotonic() < deadline, "sim server did not start"
+            time.sleep(0.05)
+        yield f"http://127.0.0.1:{int(ready.read_text())}"
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def test_run_against_the_simulator_server_over_loopback(trace_file, tmp_path, sim_server):
+    cp = _replay(
+        "run", "--trace", str(trace_file), "--pool", "2", "--out", str(tmp_path / "o"),
+        "--url", sim_server, "--engine-kind", "sim-server", "--gap-scale", "0.001", "--json",
+    )  # fmt: skip
+    assert cp.returncode == 0, cp.stderr
+    summary = orjson.loads(cp.stdout)
+    assert summary["status"] == "ok" and summary["errors"] == 0
+    assert summary["prompt_mismatches"] == summary["completion_mismatches"] == 0
+    assert summary["calls"] == summary["calls_total"]
+    assert summary["cached_tokens"] is not None and summary["cached_tokens"] > 0
+    rows = pd.read_parquet(tmp_path / "o" / "calls.parquet")
+    assert (rows["t_first_token"] >= rows["t_send"]).all()
+
+
+def test_second_signal_cancels_calls_in_flight_at_once(tmp_path):
+    trace = tmp_path / "t.jsonl"
+    write_trace(make_trace({f"t{i}": [{}] * 3 for i in range(3)}), trace)
+    out = tmp_path / "o"
+    with FaultServer(ttft_s=60.0) as srv:  # every call hangs far beyond the 5 s grace
+        proc = subprocess.Popen(
+            [
+                *REPLAY,
+                "run",
+                "--trace",
+                str(trace),
+                "--pool",
+                "3",
+                "--out",
+                str(out),
+                "--url",
+                srv.url,
+            ],  # fmt: skip
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            deadline = time.monotonic() + 30
+            while len(srv.seen) < 3 and time.monotonic() < deadline:
+                time.sleep(0.05)
+            proc.send_signal(signal.SIGINT)
+            time.sleep(0.3)
+            t_second = time.monotonic()
+            proc.send_signal(signal.SIGINT)
+            _, stderr = proc.communicate(timeout=30)
+            took_s = time.monotonic() - t_second
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    assert proc.returncode == 130, stderr
+    assert took_s < 4.0  # well inside the 5 s grace the first signal gave
+    rows = pd.read_parquet(out / "calls.parquet")
+    assert len(rows) == 3 and set(rows["error_kind"]) == {"cancelled"}
+    assert orjson.loads((out / "run.json").read_bytes())["status"] == "interrupted"

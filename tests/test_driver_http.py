@@ -1,0 +1,311 @@
+"""HTTP transports over real loopback sockets: request bodies, SSE parsing, every fault class,
+server gone, and the run directory written by `run_replay`."""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+import orjson
+import pandas as pd
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from replay.driver.http import TRANSPORTS, http_transport_factory
+from replay.driver.http_common import (
+    HttpOptions,
+    PromptEncoder,
+    SseAccumulator,
+    build_body,
+    prompt_json,
+)
+from replay.driver.options import RunOptions
+from replay.driver.pool import replay
+from replay.driver.records import read_jsonl
+from replay.driver.run import run_replay
+from replay.driver.transport import CompletionRequest
+from replay.errors import RequestFailed
+from tests.servers import FaultServer, free_port, make_trace
+
+TRANSPORT_NAMES = sorted(TRANSPORTS)
+
+
+# --- bodies and parsing (pure) ---------------------------------------------------------------
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    prompts=st.lists(st.tuples(st.integers(0, 40), st.integers(0, 40)), min_size=1, max_size=6),
+    seed=st.integers(0, 2**16),
+)
+def test_incremental_prompt_encoding_equals_plain_json(prompts, seed):
+    """Whatever a task's prompts do (grow, shrink, repeat), the bytes are json.dumps(list)."""
+    rng = np.random.default_rng(seed)
+    enc = PromptEncoder(max_tasks=2)
+    ctx = np.empty(0, np.int32)
+    for keep, new in prompts:
+        prompt = np.concatenate([ctx[:keep], rng.integers(-5, 200_000, new, dtype=np.int32)])
+        for task in ("a", "b", "c"):
+            assert orjson.loads(prompt_json(enc.encode(task, prompt))) == prompt.tolist()
+        ctx = prompt
+
+
+def test_prompt_encoder_reuses_a_kept_prefix():
+    enc = PromptEncoder()
+    p1 = np.arange(1000, dtype=np.int32)
+    enc.encode("t", p1)
+    p2 = np.concatenate([p1, np.arange(5, dtype=np.int32)])
+    assert orjson.loads(prompt_json(enc.encode("t", p2))) == p2.tolist()
+    assert enc.reused_tokens == 1000
+
+
+def test_body_has_the_default_openai_fields_then_extras():
+    req = CompletionRequest(
+        task="agent-7",
+        call=3,
+        prompt=np.array([5, 6, 7], np.int32),
+        max_tokens=12,
+        extras={"vllm_xargs": {"x": 1}, "temperature": 0.5},
+    )
+    body = orjson.loads(build_body("m", req))
+    assert body["prompt"] == [5, 6, 7]
+    assert body["model"] == "m" and body["user"] == "agent-7"
+    assert body["max_tokens"] == body["min_tokens"] == 12
+    assert body["ignore_eos"] is True and body["stream"] is True
+    assert body["stream_options"] == {"include_usage": True}
+    assert body["vllm_xargs"] == {"x": 1} and body["temperature"] == 0.5  # adapter wins
+
+
+def test_sse_lines_split_anywhere_parse_the_same():
+    events = [
+        {"choices": [{"text": "he", "token_ids": [1, 2]}]},
+        {"choices": [{"text": "llo", "token_ids": [3]}]},
+        {
+            "choices": [],
+            "usage": {
+                "prompt_tokens": 9,
+                "completion_tokens": 3,
+                "prompt_tokens_details": {"cached_tokens": 4, "device": 3, "host": 1},
+            },
+        },
+    ]
+    raw = b"".join(b"data: " + orjson.dumps(e) + b"\n\n" for e in events) + b"data: [DONE]\n\n"
+    for cut in range(0, len(raw), 7):
+        acc = SseAccumulator()
+        acc.feed_bytes(raw[:cut], 1.0)
+        acc.feed_bytes(raw[cut:], 2.0)
+        acc.flush(2.0)
+        res = acc.result(3.0, streamed=True)
+        assert (res.prompt_tokens, res.completion_tokens, res.cached_tokens) == (9, 3, 4)
+        assert res.output_ids == [1, 2, 3]
+        assert res.cached_by_source == {"device": 3, "host": 1}
+        assert res.t_first_token == (1.0 if cut > raw.index(b"\n") else 2.0)
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [b"data: {nope\n\n", b"data: [1, 2]\n\n", b"hello\n\n", b'data: {"choices": "x"}\n\n'],
+)
+def test_sse_malformed_bodies_raise_malformed(raw):
+    acc = SseAccumulator()
+    with pytest.raises(RequestFailed) as e:
+        acc.feed_bytes(raw, 0.0)
+        acc.result(0.0, streamed=True)
+    assert e.value.kind == "malformed"
+
+
+@pytest.mark.parametrize(
+    "usage_extra, meta",
+    [
+        ({"cached_tokens_details": {"device": 5, "host": 2}}, None),
+        ({}, {"cached_tokens_details": {"device": 5, "host": 2}}),
+        ({"prompt_tokens_details": {"cached_tokens": 7, "device": 5, "host": 2}}, None),
+    ],
+)
+def test_cached_tokens_per_source_from_either_place(usage_extra, meta):
+    usage = {"prompt_tokens": 9, "completion_tokens": 1, **usage_extra}
+    event = {"choices": [{"text": "x"}], "usage": usage}
+    if meta is not None:
+        event["meta_info"] = meta
+    acc = SseAccumulator()
+    acc.feed_bytes(b"data: " + orjson.dumps(event) + b"\n\ndata: [DONE]\n\n", 0.0)
+    assert acc.result(0.0, streamed=True).cached_by_source == {"device": 5, "host": 2}
+
+
+def test_stream_without_usage_or_done_is_malformed():
+    acc = SseAccumulator()
+    acc.feed_bytes(b'data: {"choices": [{"text": "x"}]}\n\n', 0.0)
+    with pytest.raises(RequestFailed, match="without usage"):
+        acc.result(0.0, streamed=True)
+
+
+# --- real loopback ---------------------------------------------------------------------------
+
+
+def _complete(name, url, req, **http):
+    async def main():
+        t = TRANSPORTS[name](HttpOptions(url, model="m", **http))
+        await t.start()
+        try:
+            return await t.complete(req)
+        finally:
+            await t.close()
+
+    return asyncio.run(main())
+
+
+def _req(task="a", n=5, max_tokens=7):
+    return CompletionRequest(task, 0, np.arange(n, dtype=np.int32), max_tokens)
+
+
+@pytest.mark.parametrize("name", TRANSPORT_NAMES)
+def test_transport_sends_exact_tokens_and_reads_usage(name):
+    with FaultServer(cached_tokens=3) as srv:
+        res = _complete(name, srv.url, _req(n=300, max_tokens=9))
+    (seen,) = srv.seen
+    assert seen.body["prompt"] == list(range(300)) and seen.body["model"] == "m"
+    assert (res.prompt_tokens, res.completion_tokens, res.cached_tokens) == (300, 9, 3)
+    assert res.t_first_token is not None and res.t_first_token <= res.t_end
+
+
+FAULT_KINDS = {
+    "http_400": "http_4xx",
+    "http_500": "http_5xx",
+    "http_503": "http_5xx",
+    "hang": "timeout",
+    "reset": "connection",
+    "cut": "connection",
+    "malformed_json": "malformed",
+    "malformed_shape": "malformed",
+}
+
+
+@pytest.mark.parametrize("name", TRANSPORT_NAMES)
+@pytest.mark.parametrize("fault", sorted(FAULT_KINDS))
+def test_each_fault_maps_to_its_error_kind(name, fault):
+    with FaultServer(faults={("a", 0): fault}) as srv:
+        with pytest.raises(RequestFailed) as e:
+            _complete(name, srv.url, _req(), request_timeout_s=0.3)
+        # the connection pool survives the fault: the next request works
+        res = _complete(name, srv.url, _req())
+    assert e.value.kind == FAULT_KINDS[fault], str(e.value)
+    assert res.completion_tokens == 7
+
+
+@pytest.mark.parametrize("name", TRANSPORT_NAMES)
+def test_plain_json_response_is_accepted_without_ttft(name):
+    with FaultServer(faults={("a", 0): "no_stream"}) as srv:
+        res = _complete(name, srv.url, _req())
+    assert res.t_first_token is None and res.completion_tokens == 7
+
+
+def _trace_with_faults():
+    trace = make_trace({f"t{i}": [{"new": 64, "out": 3}] * 4 for i in range(3)})
+    faults = {
+        ("t0", 1): "http_500",
+        ("t0", 2): "usage_off",
+        ("t1", 1): "reset",
+        ("t2", 0): "malformed_json",
+    }
+    return trace, faults
+
+
+@pytest.mark.parametrize("name", TRANSPORT_NAMES)
+def test_run_records_faults_and_goes_on(name, tmp_path):
+    trace, faults = _trace_with_faults()
+    opts = RunOptions(pool=3, request_timeout_s=5)
+    with FaultServer(faults=faults) as srv:
+        factory = http_transport_factory(srv.url, trace, opts, transport=name, model="m")
+        summary = run_replay(trace, factory, opts, tmp_path, provenance={"url": srv.url})
+    assert summary["status"] == "errors"
+    assert summary["calls"] == 12 and summary["errors"] == 3
+    assert summary["error_kinds"] == {"http_5xx": 1, "connection": 1, "malformed": 1}
+    assert summary["prompt_mismatches"] == 1 and summary["completion_mismatches"] == 1
+    # the server saw the calls of each task in order, one at a time
+    for t in ("t0", "t1", "t2"):
+        assert [s.index for s in srv.seen if s.user == t] == [0, 1, 2, 3]
+    df = pd.read_parquet(tmp_path / "calls.parquet")
+    assert len(df) == 12 and list(df.columns)[:4] == ["task", "call", "slot", "t_ready"]
+    assert (df["t_send"] >= df["t_ready"]).all() and (df["t_end"] >= df["t_send"]).all()
+    assert len(read_jsonl(tmp_path / "calls.jsonl")) == 12
+    run = orjson.loads((tmp_path / "run.json").read_bytes())
+    assert run["status"] == "errors" and run["provenance"]["url"] == srv.url
+    assert run["summary"]["calls"] == 12 and run["provenance"]["ended_at"]
+
+
+def test_abort_task_stops_the_task_after_a_fault(tmp_path):
+    trace, faults = _trace_with_faults()
+    opts = RunOptions(pool=3, on_error="abort-task")
+    with FaultServer(faults=faults) as srv:
+        summary = run_replay(
+            trace, http_transport_factory(srv.url, trace, opts, model="m"), opts, tmp_path
+        )
+        users = [s.user for s in srv.seen]
+    assert users.count("t0") == 2 and users.count("t1") == 2 and users.count("t2") == 1
+    assert summary["calls_skipped"] == 12 - 5
+
+
+@pytest.mark.parametrize("name", TRANSPORT_NAMES)
+def test_nothing_listening_fails_the_run_after_the_grace(name, tmp_path):
+    trace = make_trace({"a": [{}, {}]})
+    opts = RunOptions(pool=1, server_gone_grace_s=0.4)
+    url = f"http://127.0.0.1:{free_port()}"
+    summary = run_replay(
+        trace, http_transport_factory(url, trace, opts, transport=name), opts, tmp_path
+    )
+    assert summary["status"] == "failed" and "server gone" in summary["reason"]
+    assert summary["connection_retries"] >= 2
+    run = orjson.loads((tmp_path / "run.json").read_bytes())
+    assert run["status"] == "failed"
+
+
+def test_server_dying_mid_run_fails_it_and_keeps_the_records(tmp_path):
+    trace = make_trace({f"t{i}": [{"gap": 0.01}] * 10 for i in range(2)})
+    opts = RunOptions(pool=2, server_gone_grace_s=0.3)
+    with FaultServer(stop_after=6) as srv:
+        summary = run_replay(
+            trace, http_transport_factory(srv.url, trace, opts, model="m"), opts, tmp_path
+        )
+    assert summary["status"] == "failed"
+    rows = read_jsonl(tmp_path / "calls.jsonl")
+    # the 7th request finds the server dying; the other agent's call may be cut with it
+    assert sum(r["status"] == "ok" for r in rows) in (5, 6)
+    assert len(pd.read_parquet(tmp_path / "calls.parquet")) == len(rows)
+
+
+def test_refused_connections_are_retried_until_the_server_is_back():
+    """A server that comes up within the grace loses no call."""
+    port = free_port()
+    trace = make_trace({"a": [{}, {}]})
+    opts = RunOptions(pool=1, server_gone_grace_s=5.0)
+    srv = FaultServer(bind_port=port)
+
+    async def main():
+        factory = http_transport_factory(f"http://127.0.0.1:{port}", trace, opts, model="m")
+        loop = asyncio.get_running_loop()
+        loop.call_later(0.3, srv.start)
+        return await replay(trace, factory(), opts)
+
+    try:
+        result = asyncio.run(main())
+    finally:
+        srv.stop()
+    assert result.status == "ok" and len(result.rows) == 2 and result.connection_retries >= 1
+    assert result.rows[0]["t_send"] >= 0.3
+
+
+def test_drift_above_10ms_warns_that_the_client_shaped_the_run(tmp_path, capsys):
+    # a send-rate cap holds calls back: that is client-side drift, and the run says so
+    trace = make_trace({f"t{i}": [{}] for i in range(6)})
+    opts = RunOptions(pool=6, max_rps=20.0)
+    with FaultServer() as srv:
+        summary = run_replay(
+            trace, http_transport_factory(srv.url, trace, opts, model="m"), opts, tmp_path
+        )
+    assert summary["drift_p99_s"] > 0.2  # the 6th call waits 5 x 50 ms
+    assert summary["warnings"] and "drift" in summary["warnings"][0]
+    assert "p99 send drift" in capsys.readouterr().err
+    sends = sorted(r["t_send"] for r in read_jsonl(tmp_path / "calls.jsonl"))
+    # deadlines 50 ms apart: the k-th send is never before k x 50 ms after the first
+    assert all(t - sends[0] >= k * 0.05 - 1e-3 for k, t in enumerate(sends))
