@@ -43,3 +43,48 @@ figures: $(STAMP) ## render the report and figures of results/$(EXP)
 
 clean: ## remove caches (keeps .venv and results)
 	rm -rf .pytest_cache .ruff_cache .mypy_cache .hypothesis
+
+# Real vLLM on CPU (docs/vllm-cpu.md): its own environment, built once and kept by a stamp.
+VLLM_VENV := .venv-vllm
+VLLM_STAMP := $(VLLM_VENV)/.installed
+.PHONY: setup-vllm
+
+$(VLLM_STAMP): scripts/setup-vllm-cpu.sh
+	PYTHON=$(PYTHON) bash scripts/setup-vllm-cpu.sh $(VLLM_VENV)
+
+setup-vllm: $(VLLM_STAMP) ## create .venv-vllm: vLLM 0.32 for CPU plus this project (used by test-vllm)
+
+test-vllm: $(STAMP) $(VLLM_STAMP) ## real vLLM on CPU: exact forcing, multi-agent replay, WEKA trace, capacity sweep
+	$(BIN)/python -m pytest -q -m vllm tests/real
+
+# Real llama.cpp server on CPU (docs/llamacpp.md): the xllamacpp wheel (an embedded llama-server)
+# plus gguf and tokenizers for the tiny model, installed into .venv as the `llamacpp` extra.
+LLAMACPP_STAMP := $(VENV)/.installed-llamacpp
+LLAMA_CPP_PY := 0.3.36
+LLAMA_BUILD := build/llama-server
+LLAMA_SERVER := $(LLAMA_BUILD)/bin/llama-server
+.PHONY: setup-llamacpp llama-server
+
+$(LLAMACPP_STAMP): $(STAMP) pyproject.toml
+	$(BIN)/python -m pip install -q -e '.[llamacpp]'
+	touch $(LLAMACPP_STAMP)
+
+setup-llamacpp: $(LLAMACPP_STAMP) ## install the llamacpp extra into .venv (xllamacpp CPU wheel, gguf, tokenizers)
+
+test-llamacpp: $(LLAMACPP_STAMP) ## real llama.cpp on CPU: RAM tier vs model, multi-agent replay, --cache-ram sweep
+	$(BIN)/python -m pytest -q -m llamacpp tests/real -p no:cacheprovider
+
+llama-server: $(LLAMA_SERVER) ## build llama-server (~5 min, 2 cores) from the pinned PyPI sdist llama_cpp_python
+
+$(LLAMA_SERVER):
+	mkdir -p $(LLAMA_BUILD)
+	command -v cmake >/dev/null && command -v ninja >/dev/null || $(BIN)/python -m pip install -q cmake ninja
+	test -f $(LLAMA_BUILD)/llama_cpp_python-$(LLAMA_CPP_PY).tar.gz || $(BIN)/python -m pip download \
+		-q --no-deps --no-binary :all: llama_cpp_python==$(LLAMA_CPP_PY) -d $(LLAMA_BUILD)
+	tar -xzf $(LLAMA_BUILD)/llama_cpp_python-$(LLAMA_CPP_PY).tar.gz -C $(LLAMA_BUILD)
+	PATH="$(CURDIR)/$(BIN):$$PATH" cmake -S $(LLAMA_BUILD)/llama_cpp_python-$(LLAMA_CPP_PY)/vendor/llama.cpp \
+		-B $(LLAMA_BUILD)/cmake -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON \
+		-DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_OPENSSL=OFF -DBUILD_SHARED_LIBS=OFF
+	PATH="$(CURDIR)/$(BIN):$$PATH" ninja -C $(LLAMA_BUILD)/cmake -j2 llama-server
+	mkdir -p $(LLAMA_BUILD)/bin && cp $(LLAMA_BUILD)/cmake/bin/llama-server $(LLAMA_SERVER)
+	@echo "built $(LLAMA_SERVER): set server_bin = \"$(LLAMA_SERVER)\" in an experiment's [engine]"

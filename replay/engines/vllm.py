@@ -25,6 +25,7 @@ from replay.engines.common import (
     gib_to_bytes,
     require,
 )
+from replay.engines.vllm_forcing import PROCESSOR_FQCN
 from replay.metrics.counters import difference, first_present, label_value, sample_sum
 
 __all__ = ["ADAPTER", "launch", "map_counters", "verify", "request_extras", "VLLM_OPTIONS"]
@@ -98,6 +99,10 @@ def server_argv(
         argv += ["--kv-cache-memory-bytes", str(kv_bytes)]
     if options.get("enforce_eager"):
         argv.append("--enforce-eager")
+    if options.get("forcing", True) and options.get("logits_processors") is None:
+        # Without the processor vLLM ignores the forced ids in vllm_xargs silently; load it unless
+        # the experiment turns forcing off (the project must be installed in vLLM's environment).
+        argv += ["--logits-processors", PROCESSOR_FQCN]
     return argv
 
 

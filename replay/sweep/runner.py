@@ -59,6 +59,7 @@ def _run_options(adapter: EngineAdapter, run: Mapping[str, Any]):
     from replay.driver.options import RunOptions
 
     kwargs = {k: v for k, v in run.items() if k != "transport"}
+    kwargs.setdefault("forcing", adapter.forcing)  # force recorded outputs wherever the engine can
     return RunOptions(**kwargs, request_extras=adapter.request_extras)
 
 
