@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import selectors
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
 from typing import Protocol, TypeVar
 
 __all__ = ["Clock", "LoopClock", "VirtualTimeLoop", "run_virtual", "run_real"]
@@ -98,7 +98,7 @@ class VirtualTimeLoop(asyncio.SelectorEventLoop):
         self._virtual_now += dt_s
 
 
-def run_virtual(main: Callable[[], Awaitable[T]]) -> T:
+def run_virtual(main: Callable[[], Coroutine[object, object, T]]) -> T:
     """Run `main()` to completion on a fresh VirtualTimeLoop and close it."""
     loop = VirtualTimeLoop()
     try:
@@ -107,6 +107,6 @@ def run_virtual(main: Callable[[], Awaitable[T]]) -> T:
         loop.close()
 
 
-def run_real(main: Callable[[], Awaitable[T]]) -> T:
+def run_real(main: Callable[[], Coroutine[object, object, T]]) -> T:
     """Run `main()` on a normal asyncio loop (wall clock)."""
     return asyncio.run(main())

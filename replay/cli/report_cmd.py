@@ -8,7 +8,20 @@ import click
 @click.command(name="report")
 @click.argument("results_dir", type=click.Path(file_okay=False, path_type=str))
 @click.option("--no-figures", is_flag=True, help="Write the tables and text only (faster).")
-def command(results_dir: str, no_figures: bool) -> None:
+@click.option(
+    "--paper",
+    is_flag=True,
+    help="Also write docs/paper.md: the paper-* experiments found beside RESULTS_DIR set against "
+    "the EfficientAgent study's published numbers.",
+)
+@click.option(
+    "--paper-out",
+    type=click.Path(dir_okay=False, path_type=str),
+    default="docs/paper.md",
+    show_default=True,
+    help="Where --paper writes.",
+)
+def command(results_dir: str, no_figures: bool, paper: bool, paper_out: str) -> None:
     """Write RESULTS_DIR/report.md and RESULTS_DIR/figures/*.png|svg from the runs found there."""
     # Imported here: pandas, scipy and matplotlib would slow every other subcommand's start.
     from replay.report import write_report
@@ -17,3 +30,11 @@ def command(results_dir: str, no_figures: bool) -> None:
     click.echo(f"written: {out.report} ({len(out.figures)} figure files)")
     for caption, why in out.skipped.items():
         click.echo(f"  not drawn: {caption}: {why}")
+    if paper:
+        from pathlib import Path
+
+        from replay.paper import write_paper
+
+        # The paper-* experiments live side by side under one results root.
+        path = write_paper(Path(results_dir).resolve().parent, paper_out)
+        click.echo(f"written: {path}")

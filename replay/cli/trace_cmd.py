@@ -125,3 +125,24 @@ def synth_cmd(
     click.echo(
         f"{out}: {len(trace.tasks)} tasks, {len(trace)} calls, {trace.prompt_tokens:,} prompt tokens"
     )
+
+
+@command.command("fold")
+@click.argument("file", type=click.Path(dir_okay=False))
+@click.option("-o", "--out", required=True, type=click.Path(dir_okay=False), help="OUT.jsonl.gz")
+@click.option("--from-call", type=int, default=8, show_default=True, help="first call that folds")
+@click.option("--every", type=int, default=1, show_default=True, help="fold every N calls")
+@click.option("--keep-head-tokens", type=int, default=2048, show_default=True)
+@click.option("--fold-fraction", type=float, default=0.5, show_default=True)
+@click.option("--summary-tokens", type=int, default=1024, show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True)
+def fold_cmd(file: str, out: str, **spec: object) -> None:
+    """Rewrite an early part of each task's history from some call on (context folding)."""
+    from replay.trace.fold import FoldSpec, fold_trace
+    from replay.trace.io import read_trace, write_trace
+
+    trace = fold_trace(read_trace(file), FoldSpec(**spec))  # type: ignore[arg-type]
+    write_trace(trace, out)
+    click.echo(
+        f"{out}: {len(trace.tasks)} tasks, {len(trace)} calls, {trace.prompt_tokens:,} prompt tokens"
+    )

@@ -27,10 +27,19 @@ def load_trace(exp: Experiment):
 
     kwargs = dict(exp.trace.synth or ())
     preset = kwargs.pop("preset")
+    fold = kwargs.pop("fold", None)  # context folding (replay.trace.fold), applied after synth
     try:
-        return synth(preset, **kwargs)
+        trace = synth(preset, **kwargs)
     except TypeError as e:
         raise ConfigError(exp.source, "trace.synth", f"bad keyword: {e}") from None
+    if fold is None:
+        return trace
+    from replay.trace.fold import FoldSpec, fold_trace
+
+    try:
+        return fold_trace(trace, FoldSpec(**dict(fold)))
+    except (TypeError, ValueError, ConfigError) as e:
+        raise ConfigError(exp.source, "trace.synth.fold", f"bad fold: {e}") from None
 
 
 def keep_experiment_file(exp: Experiment, exp_dir: Path, *, force: bool) -> None:
@@ -94,6 +103,10 @@ def _predict_group(trace, exp: Experiment, points: list[Point]) -> dict[str, Any
     from replay.model.predict import predict_tiers
     from replay.model.presets import get_hardware, get_model
 
+    if exp.resolve(points[0])[0] == "llamacpp":  # whole-prompt RAM tier: its own model
+        from replay.engines.llamacpp import predict_points
+
+        return predict_points(trace, [exp.resolve(p) for p in points])
     inputs = prediction_inputs(exp, points[0])
     if inputs["model"] is None or inputs["device_kv_gib"] is None:
         return {"inputs": inputs, "skipped": "set predict.model and predict.device_kv_gib"}

@@ -1,0 +1,151 @@
+"""Loaded paper-* results and the vocabulary of docs/paper.md: rows, verdicts, formatting.
+
+`PaperRun` wraps one results directory (ok runs with `replay.analysis` derived columns and its
+pre-registered predictions); `Row` is one published claim beside our number.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from replay.analysis.aggregate import describe
+from replay.analysis.compare import Comparison, welch_compare
+from replay.analysis.derived import add_derived
+from replay.analysis.load import Results
+from replay.analysis.predictions import prediction_table
+from replay.analysis.words import fmt_interval
+from replay.paper_data import Published, published
+
+__all__ = ["PAPER_EXPERIMENTS", "YES", "DIRECTION", "NO", "NOT_RUN", "Row", "PaperRun"]
+
+PAPER_EXPERIMENTS = ("paper-h20", "paper-pool8", "paper-hardware", "paper-folding")
+YES, DIRECTION, NO, NOT_RUN = "yes", "direction", "no", "not run"
+
+
+@dataclass(frozen=True)
+class Row:
+    """One claim beside our number: `ours` is printed text, `verdict` one of the four above."""
+
+    key: str
+    section: str
+    claim: str
+    published: str
+    ours: str
+    verdict: str
+    note: str = ""
+
+
+class PaperRun:
+    """One loaded paper-* results directory: ok runs with derived columns and its predictions."""
+
+    def __init__(self, results: Results, tier_scale: float = 1.0):
+        self.results = results
+        # Tiers are named as in the study (5, 10, 20, 40, 80 GiB); a reduced workload whose
+        # token lengths are scaled by s runs them at s times the size (tests, quick checks).
+        self.tier_scale = tier_scale
+        self.params = list(results.params)
+        runs = add_derived(results.runs, self.params)
+        self.ok = runs[runs["status"] == "ok"]
+        self.predicted = (
+            prediction_table(results.predictions)
+            if results.predictions is not None
+            else pd.DataFrame()
+        )
+
+    def values(self, metric: str, **where: Any) -> np.ndarray:
+        """Per-repeat values of `metric` at the point(s) matching `where` (finite values only)."""
+        sel = self.ok
+        for k, v in where.items():
+            if k == "host_tier_gib":
+                v = float(v) * self.tier_scale
+            if k not in sel.columns:
+                return np.empty(0)
+            sel = sel[np.array([_same(x, v) for x in sel[k]], dtype=bool)]
+        if metric not in sel.columns:
+            return np.empty(0)
+        arr = pd.to_numeric(sel[metric], errors="coerce").to_numpy(dtype=float)
+        return arr[np.isfinite(arr)]
+
+    def prediction(self, quantity: str, tier_gib: float, **group: Any) -> float | None:
+        p = self.predicted
+        if p.empty or quantity not in p.columns:
+            return None
+        sel = p[np.array([_same(t, tier_gib * self.tier_scale) for t in p["host_tier_gib"]], bool)]
+        for k, v in group.items():
+            if k in sel.columns:
+                sel = sel[np.array([_same(x, v) for x in sel[k]], dtype=bool)]
+        vals = pd.to_numeric(sel[quantity], errors="coerce").dropna()
+        return float(vals.iloc[0]) if len(vals) else None
+
+    def working_set_gib(self) -> float | None:
+        p = self.predicted
+        if p.empty or "working_set_gib" not in p.columns:
+            return None
+        vals = pd.to_numeric(p["working_set_gib"], errors="coerce").dropna()
+        return float(vals.iloc[0]) if len(vals) else None
+
+
+def _same(a: Any, b: Any) -> bool:
+    try:
+        return math.isclose(float(a), float(b), rel_tol=1e-9, abs_tol=1e-9)
+    except (TypeError, ValueError):
+        return str(a) == str(b)
+
+
+# -- formatting helpers -----------------------------------------------------------------------
+
+
+def _pct(x: float | None, signed: bool = True) -> str:
+    if x is None or not math.isfinite(x):
+        return "-"
+    return f"{x * 100:+.1f}%" if signed else f"{x * 100:.1f}%"
+
+
+def _stat_text(values: np.ndarray, fmt: Callable[[float], str] | None = None) -> str:
+    s = describe(values.tolist())
+    if s.n == 0:
+        return "-"
+    if fmt is not None:
+        half = "" if not math.isfinite(s.half_width) else f" ± {fmt(s.half_width)}"
+        return f"{fmt(s.mean)}{half} (n={s.n})"
+    return fmt_interval(s.mean, s.half_width, s.n, s.min, s.max) + f" (n={s.n})"
+
+
+def _cmp_text(c: Comparison) -> str:
+    """`-3.1% [-4.0%, -2.2%], real` for b against baseline a."""
+    if c.verdict in ("no data",):
+        return "-"
+    if not math.isfinite(c.rel_low):
+        return f"{_pct(c.rel_diff)} ({c.verdict})"
+    return f"{_pct(c.rel_diff)} [{_pct(c.rel_low)}, {_pct(c.rel_high)}], {c.verdict}"
+
+
+def _ratio_text(num: np.ndarray, den: np.ndarray) -> tuple[str, float | None]:
+    """Mean ratio of two points' means, with the Welch interval of the difference."""
+    c = welch_compare(den, num)
+    if c.verdict == "no data":
+        return "-", None
+    ratio = 1 + c.rel_diff
+    return f"{ratio:.3f} ({_cmp_text(c)})", ratio
+
+
+def _row(key: str, ours: str, verdict: str, note: str = "") -> Row:
+    p: Published = published(key)
+    if ours in ("-", "") or ours.startswith("nan"):
+        return Row(key, p.section, p.claim, p.text, "-", NOT_RUN, "no runs for this point")
+    return Row(key, p.section, p.claim, p.text, ours, verdict, note)
+
+
+def _missing(key: str, what: str) -> Row:
+    p = published(key)
+    return Row(key, p.section, p.claim, p.text, "-", NOT_RUN, f"run {what}")
+
+
+def _within(x: float | None, target: float, rel_tol: float) -> bool:
+    return x is not None and math.isfinite(x) and abs(x - target) <= rel_tol * abs(target)

@@ -1,0 +1,110 @@
+"""experiments/paper-h20.toml on a reduced workload (token lengths, tiers, device and kappa all
+scaled by 1/4, 40 tasks, one repeat), through the real sweep and docs/paper.md generation: the
+study's qualitative results must hold (issue 10, "Done when")."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from replay.paper import NOT_RUN, build_paper, load_paper_runs, paper_rows
+from replay.sweep.config import load_experiment
+from replay.sweep.runner import run_sweep
+
+ROOT = Path(__file__).resolve().parents[1]
+SCALE = 0.25
+
+_EDITS = (
+    ("repeats = 3", "repeats = 1"),
+    ("tasks = 100, seed = 0 }", "tasks = 40, seed = 0, scale = 0.25 }"),
+    ("device_kv_gib = 4\nkappa = 8", "device_kv_gib = 1\nkappa = 2"),
+    ("[predict]\nmodel = \"qwen3-coder-30b-a3b\"\ntp = 8\ndevice_kv_gib = 4",
+     "[predict]\nmodel = \"qwen3-coder-30b-a3b\"\ntp = 8\ndevice_kv_gib = 1"),
+    ("host_tier_gib = [0, 5, 10, 20, 40, 80]", "host_tier_gib = [0, 1.25, 2.5, 5, 10]"),
+)  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def results_root(tmp_path_factory) -> Path:
+    text = (ROOT / "experiments" / "paper-h20.toml").read_text()
+    for old, new in _EDITS:
+        assert old in text, f"paper-h20.toml changed shape: {old!r} not found"
+        text = text.replace(old, new)
+    root = tmp_path_factory.mktemp("paper")
+    path = root / "paper-h20.toml"
+    path.write_text(text)
+    exp = load_experiment(path)
+    result = run_sweep(exp, results_root=root / "results", echo=lambda s: None)
+    assert [o.status for o in result.outcomes] == ["ok"] * 15
+    return root / "results"
+
+
+@pytest.fixture(scope="module")
+def rows(results_root):
+    runs = load_paper_runs(results_root, tier_scale=SCALE)
+    return {r.key: r for r in paper_rows(runs, facts=None)}, runs["paper-h20"]
+
+
+def test_transition_between_5_and_20_gib(rows):
+    _, h20 = rows
+    cp5 = h20.values("computed_prefill_tokens", host_tier_gib=5, admission="all").mean()
+    cp20 = h20.values("computed_prefill_tokens", host_tier_gib=20, admission="all").mean()
+    cp0 = h20.values("computed_prefill_tokens", host_tier_gib=0).mean()
+    assert cp20 < cp5 / 3
+    assert cp20 < 0.2 * cp0  # most of the recompute is gone above the working set
+
+
+def test_writes_several_to_one_under_pressure(rows):
+    _, h20 = rows
+    wr = h20.values("write_read_ratio", host_tier_gib=5, admission="all")
+    assert wr.mean() >= 3
+
+
+def test_fixed_filter_hurts_above_the_working_set(rows):
+    by_key, h20 = rows
+    plain = h20.values("computed_prefill_tokens", host_tier_gib=40, admission="all").mean()
+    fixed = h20.values("computed_prefill_tokens", host_tier_gib=40, admission="fixed").mean()
+    assert fixed > 2 * plain
+    assert by_key["fixed_prefill_40"].verdict in ("yes", "direction")
+
+
+def test_conditioned_helps_under_pressure_and_equals_plain_above(rows):
+    by_key, h20 = rows
+
+    def cp(tier, policy):
+        return h20.values("computed_prefill_tokens", host_tier_gib=tier, admission=policy).mean()
+
+    assert cp(5, "conditioned") < cp(5, "all")
+    assert cp(40, "conditioned") == pytest.approx(cp(40, "all"), rel=0.02)
+    assert by_key["cond_prefill_40"].verdict == "yes"
+
+
+def test_predictions_hold_far_from_the_transition(rows):
+    by_key, h20 = rows
+    pred = h20.prediction("computed_prefill_tokens", 20, admission="all")
+    meas = h20.values("computed_prefill_tokens", host_tier_gib=20, admission="all").mean()
+    assert pred is not None and abs(pred - meas) / meas <= 0.10
+    assert by_key["pred_prefill_20"].verdict == "yes"
+    assert by_key["pred_prefill_80"].verdict == NOT_RUN  # 80 GiB is not in the reduced matrix
+
+
+def test_paper_page_and_report_cli(results_root, tmp_path):
+    text = build_paper(results_root, tier_scale=SCALE, facts={})
+    assert "| claim | study | ours | reproduces | note |" in text
+    assert "### paper-h20, every point" in text
+    out = tmp_path / "paper.md"
+    proc = subprocess.run(
+        [
+            sys.executable, "-m", "replay.cli.main", "report", str(results_root / "paper-h20"),
+            "--no-figures", "--paper", "--paper-out", str(out),
+        ],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert (results_root / "paper-h20" / "report.md").is_file()
+    page = out.read_text()
+    assert page.startswith("# The EfficientAgent study")
+    assert "Does not reproduce" in page or "Reproduces" in page
