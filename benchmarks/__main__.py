@@ -24,7 +24,9 @@ def main(argv: list[str]) -> int:
         print(f"[{name}] running", flush=True)
         values = mod.run()
         merge_results(name.removeprefix("bench_"), values)
-        print(orjson.dumps(values, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY).decode())
+        print(
+            orjson.dumps(values, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY).decode()
+        )
     print(f"written: {BENCH_JSON}")
     return 0
 

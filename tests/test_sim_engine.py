@@ -281,3 +281,18 @@ def test_planning_stretches_gives_the_step_by_step_result(small_trace, cfg, gaps
     for a, b in zip(sorted(fast[1], key=key), sorted(slow[1], key=key), strict=True):
         assert a["by_source"] == b["by_source"]
         assert a["t_end"] == pytest.approx(b["t_end"], rel=1e-9)
+
+
+def test_jitter_is_seeded_noise_on_service_time(small_trace):
+    base = dataclasses.replace(SMALL, host_tier_gib=1)
+    c0, _, m0 = closed_loop(small_trace, base, 4)
+    c0b, _, m0b = closed_loop(small_trace, dataclasses.replace(base, seed=5), 4)
+    assert (c0, m0) == (c0b, m0b)  # without jitter the seed changes nothing
+    noisy = dataclasses.replace(base, jitter=0.2, seed=1)
+    c1, _, m1 = closed_loop(small_trace, noisy, 4)
+    c1b, _, m1b = closed_loop(small_trace, noisy, 4)
+    _, _, m2 = closed_loop(small_trace, dataclasses.replace(noisy, seed=2), 4)
+    assert (c1, m1) == (c1b, m1b)  # same seed, same history
+    assert m1 != m0 and m2 != m1
+    assert abs(m1 / m0 - 1) < 0.2 and abs(m2 / m0 - 1) < 0.2  # noise bounded by the jitter
+    assert c1["prompt_tokens"] == c0["prompt_tokens"]

@@ -109,6 +109,7 @@ class SimEngine:
         self.device = DeviceTier(cfg.device_blocks, cfg.device_eviction)
         self.host = HostTier(cfg.host_chunks) if cfg.host_chunks > 0 else None
         self.admission = make_admission(cfg)
+        self._rng = np.random.default_rng(cfg.seed) if cfg.jitter > 0 else None
         self.waiting: deque[Seq] = deque()
         self.running: list[Seq] = []
         self.link_free_at = 0.0
@@ -269,6 +270,13 @@ class SimEngine:
             cum = cum[: max(1, k)]
             steps = steps[: len(cum)]
         return Plan(now, cum, steps, decode, interruptible=len(cum) > 1)
+
+    def service_factor(self) -> float:
+        """Multiplier of the next planned stretch: 1 without jitter, else 1 + jitter * U(-1, 1)
+        drawn from the engine's own seeded generator (repeats with other seeds differ)."""
+        if self._rng is None:
+            return 1.0
+        return 1.0 + self.cfg.jitter * float(self._rng.uniform(-1.0, 1.0))
 
     def _blocks_for(self, s: Seq, kv_tokens: int) -> int:
         """Extra blocks `s` needs to hold `kv_tokens` tokens of KV."""

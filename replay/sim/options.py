@@ -59,7 +59,8 @@ class SimConfig:
     step_overhead_s: float = 0.0
     max_model_len: int = 1 << 20
     time_scale: float = 0.0
-    seed: int = 0
+    jitter: float = 0.0  # service-time noise: each planned stretch x (1 + jitter * U(-1, 1))
+    seed: int = 0  # seeds the jitter; with jitter 0 the engine draws no random numbers
 
     def __post_init__(self) -> None:
         self.model_preset  # noqa: B018  (validates names early)
@@ -82,6 +83,8 @@ class SimConfig:
             raise bad("efficiency", f"must be in (0, 1], got {self.efficiency}")
         if self.time_scale < 0 or self.step_overhead_s < 0:
             raise bad("time_scale", "must be >= 0")
+        if not 0 <= self.jitter < 1:
+            raise bad("jitter", f"must be in [0, 1), got {self.jitter}")
         for f, valid in (
             ("write_policy", WRITE_POLICIES),
             ("admission", ADMISSIONS),
@@ -148,7 +151,13 @@ _OPTIONS: list[tuple[str, dict[str, Any]]] = [
     ("--chunk-tokens", {"type": int, "help": "host tier chunk size, tokens"}),
     ("--write-policy", {"type": click.Choice(WRITE_POLICIES), "help": "host tier write policy"}),
     ("--admission", {"type": click.Choice(ADMISSIONS), "help": "host-write admission policy"}),
-    ("--kappa", {"type": int, "help": "fixed/conditioned: max new full chunks a call may write"}),
+    (
+        "--kappa",
+        {
+            "type": int,
+            "help": "fixed/conditioned: a call that computed more full chunks writes none",
+        },
+    ),
     ("--rate-limit-gib-s", {"type": float, "help": "rate: host-write budget, GiB/s"}),
     ("--ttl-s", {"type": float, "help": "ttl: seconds a finished call's blocks stay pinned"}),
     ("--window-s", {"type": float, "help": "conditioned: estimator window, seconds"}),
@@ -165,7 +174,11 @@ _OPTIONS: list[tuple[str, dict[str, Any]]] = [
         "--time-scale",
         {"type": float, "help": "server: wall seconds per simulated second (0: ASAP)"},
     ),
-    ("--seed", {"type": int, "help": "seed"}),
+    (
+        "--jitter",
+        {"type": float, "help": "service-time noise: each stretch x (1 + J*U(-1,1)), seeded"},
+    ),
+    ("--seed", {"type": int, "help": "seed of the service-time noise"}),
 ]
 
 

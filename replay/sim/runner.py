@@ -149,7 +149,7 @@ class EngineRunner:
                 t = eng.next_timer()
                 await clock.wait(None if t is None else t - now, waker, True)
                 continue
-            cum = plan.cum
+            cum = plan.cum * eng.service_factor()
             if plan.interruptible and len(cum) > 1:
                 k = len(cum)
                 if await clock.wait(float(cum[-1]), waker, True):  # an arrival: cut the stretch

@@ -158,7 +158,10 @@ class SweepRunner:
         from replay.sim.transport import SimTransport
 
         adapter = get_engine(engine)
-        config = SimConfig.from_options(**options)
+        # Each repeat gets its own engine seed (base seed + repeat index), so a simulator with
+        # service-time jitter gives repeats that differ; without jitter they are bit-identical.
+        seeded = dict(options, seed=int(options.get("seed") or 0) + planned.repeat)
+        config = SimConfig.from_options(**seeded)
         holder: dict[str, Any] = {}
 
         def factory():
