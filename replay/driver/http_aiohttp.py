@@ -91,10 +91,27 @@ class AiohttpTransport:
             raise RuntimeError("AiohttpTransport.complete() before start()")
         parts = self._encoder.encode(request.task, request.prompt) if self._encoder else None
         body = build_body(self.options.model, request, parts)
+        try:
+            return await self._post(body)
+        except _StaleConnection:
+            # The server closed a kept-alive connection as we reused it (cpp-httplib and others
+            # close idle or well-used connections): it never got this request, so sending it
+            # once more on a fresh connection cannot double the server's work.
+            try:
+                result = await self._post(body)
+            except _StaleConnection as e:
+                raise RequestFailed("connection", f"connection lost: {e.__cause__!r}") from None
+            result.extra["stale_connection_retries"] = 1
+            return result
+
+    async def _post(self, body: bytes) -> CompletionResult:
+        assert self._session is not None
         loop = asyncio.get_running_loop()
         acc = SseAccumulator()
+        got_response = False
         try:
             async with self._session.post(self._url, data=body, headers=_HEADERS) as resp:
+                got_response = True
                 if resp.status >= 400:
                     raise http_status_error(resp.status, await resp.read())
                 streamed = resp.content_type == "text/event-stream"
@@ -118,9 +135,17 @@ class AiohttpTransport:
             ) from None
         except aiohttp.ClientPayloadError as e:
             raise RequestFailed("connection", f"response body cut off: {e}") from None
-        except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError, ConnectionError) as e:
+        except aiohttp.ClientOSError as e:
+            if not got_response and "request body" in str(e):
+                raise _StaleConnection() from e
+            raise RequestFailed("connection", f"connection lost: {e!r}") from None
+        except (aiohttp.ServerDisconnectedError, ConnectionError) as e:
             raise RequestFailed("connection", f"connection lost: {e!r}") from None
         except aiohttp.ClientResponseError as e:
             raise RequestFailed("malformed", f"bad HTTP response: {e}") from None
         except aiohttp.ClientError as e:
             raise RequestFailed("connection", f"{type(e).__name__}: {e}") from None
+
+
+class _StaleConnection(Exception):
+    """The request body could not be written: the server had closed the reused connection."""
