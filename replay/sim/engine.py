@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from replay.engines.base import CANONICAL_COUNTERS
 from replay.sim.admission import make_admission
 from replay.sim.cost import CostModel
 from replay.sim.device import DeviceTier
@@ -117,20 +118,7 @@ class SimEngine:
         self._lookups: dict[int, int] = {}  # selective: times a chunk key was looked up
         self._pos = np.zeros(1024, dtype=np.int32)  # block index of each block key
         self._order = 0
-        self.c: dict[str, int] = dict.fromkeys(
-            (
-                "prompt_tokens",
-                "output_tokens",
-                "device_hit_tokens",
-                "host_restore_tokens",
-                "computed_prefill_tokens",
-                "host_write_tokens",
-                "host_evicted_tokens",
-                "preemptions",
-            )
-            + EXTRA_COUNTERS,
-            0,
-        )
+        self.c: dict[str, int] = dict.fromkeys(CANONICAL_COUNTERS + EXTRA_COUNTERS, 0)
 
     # -- intake ---------------------------------------------------------------------------------
 
