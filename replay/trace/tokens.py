@@ -24,13 +24,19 @@ _M2 = np.uint64(0x94D049BB133111EB)
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 
 
+_S30, _S27, _S31 = np.uint64(30), np.uint64(27), np.uint64(31)
+
+
 def splitmix64(x: np.ndarray) -> np.ndarray:
-    """Vectorized splitmix64 finalizer over uint64 (wrapping arithmetic)."""
-    with np.errstate(over="ignore"):
-        z = x.astype(np.uint64, copy=True) + _GOLDEN
-        z = (z ^ (z >> np.uint64(30))) * _M1
-        z = (z ^ (z >> np.uint64(27))) * _M2
-        return z ^ (z >> np.uint64(31))
+    """Vectorized splitmix64 finalizer over uint64 arrays.
+
+    Array arithmetic on uint64 wraps without warnings (only numpy scalars warn), so no errstate
+    context is needed: it cost more than the arithmetic for the short arrays of output ids.
+    """
+    z = np.asarray(x, dtype=np.uint64) + _GOLDEN
+    z = (z ^ (z >> _S30)) * _M1
+    z = (z ^ (z >> _S27)) * _M2
+    return z ^ (z >> _S31)
 
 
 def namespace_seed(ns: str) -> np.uint64:
@@ -42,16 +48,14 @@ def block_tokens(ns: str, block_ids: np.ndarray, block_size: int, vocab_size: in
     """Token ids (int32) of consecutive blocks: len(block_ids) * block_size tokens."""
     ids = np.asarray(block_ids, dtype=np.int64).astype(np.uint64)
     base = splitmix64(ids) ^ namespace_seed(ns)
-    with np.errstate(over="ignore"):
-        grid = base[:, None] + np.arange(block_size, dtype=np.uint64)[None, :]
+    grid = base[:, None] + np.arange(block_size, dtype=np.uint64)[None, :]
     return (splitmix64(grid.ravel()) % np.uint64(vocab_size)).astype(np.int32)
 
 
 def output_tokens(task: str, index: int, n: int, vocab_size: int) -> np.ndarray:
     """Stand-in output ids for a call whose trace records only the output length."""
     base = namespace_seed(f"out\x00{task}\x00{index}")
-    with np.errstate(over="ignore"):
-        grid = base + np.arange(n, dtype=np.uint64)
+    grid = np.arange(n, dtype=np.uint64) + base
     return (splitmix64(grid) % np.uint64(vocab_size)).astype(np.int32)
 
 
@@ -62,6 +66,5 @@ def tail_tokens(ns: str, task: str, index: int, n: int, vocab_size: int) -> np.n
     by count, so they are made distinct from every other call's.
     """
     base = namespace_seed(f"tail\x00{ns}\x00{task}\x00{index}")
-    with np.errstate(over="ignore"):
-        grid = base + np.arange(n, dtype=np.uint64)
+    grid = np.arange(n, dtype=np.uint64) + base
     return (splitmix64(grid) % np.uint64(vocab_size)).astype(np.int32)
