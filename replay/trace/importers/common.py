@@ -9,11 +9,20 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import orjson
 
 from replay.errors import TraceError
 
-__all__ = ["load_json", "iter_jsonl", "common_prefix", "expand_sources", "need", "DEFAULT_VOCAB"]
+__all__ = [
+    "token_ids",
+    "load_json",
+    "iter_jsonl",
+    "common_prefix",
+    "expand_sources",
+    "need",
+    "DEFAULT_VOCAB",
+]
 
 DEFAULT_VOCAB = 32000
 
@@ -81,3 +90,16 @@ def expand_sources(sources: Sequence[str | os.PathLike], pattern: str) -> list[P
         else:
             raise TraceError(str(p), None, None, "no such file or directory")
     return out
+
+
+def token_ids(obj: dict, key: str, file: str, line: int) -> np.ndarray:
+    """A field holding a list of token ids, as int32; errors name the file, line and field."""
+    v = obj.get(key)
+    if not isinstance(v, list):
+        raise TraceError(file, line, key, "missing or not an array of token ids")
+    if not v:
+        return np.empty(0, np.int32)
+    arr = np.asarray(v)
+    if arr.ndim != 1 or arr.dtype.kind not in "iu" or int(arr.min()) < 0 or int(arr.max()) >= 2**31:
+        raise TraceError(file, line, key, "must be an array of non-negative 32-bit token ids")
+    return arr.astype(np.int32)

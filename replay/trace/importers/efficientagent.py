@@ -19,25 +19,13 @@ from pathlib import Path
 import numpy as np
 
 from replay.errors import TraceError
-from replay.trace.importers.common import expand_sources, iter_jsonl, load_json
+from replay.trace.importers.common import expand_sources, iter_jsonl, load_json, token_ids
 from replay.trace.model import Call, Trace, TraceHeader
 from replay.trace.stats import common_prefix_len
 
 __all__ = ["import_efficientagent", "MANIFEST_NAME"]
 
 MANIFEST_NAME = "trace_manifest.json"
-
-
-def _ids(obj: dict, key: str, file: str, line: int) -> np.ndarray:
-    v = obj.get(key)
-    if not isinstance(v, list):
-        raise TraceError(file, line, key, "missing or not an array of token ids")
-    if not v:
-        return np.empty(0, np.int32)
-    arr = np.asarray(v)
-    if arr.ndim != 1 or arr.dtype.kind not in "iu" or int(arr.min()) < 0 or int(arr.max()) >= 2**31:
-        raise TraceError(file, line, key, "must be an array of non-negative 32-bit token ids")
-    return arr.astype(np.int32)
 
 
 def _nonneg_int(obj: dict, key: str, file: str, line: int) -> int:
@@ -86,13 +74,13 @@ def _task(path: Path) -> tuple[tuple[float, str], list[Call]]:
             raise TraceError(
                 file, lineno, "prompt_shared", f"{shared} > previous prompt {len(prev_prompt)}"
             )
-        suffix = _ids(row, "prompt_suffix", file, lineno)
+        suffix = token_ids(row, "prompt_suffix", file, lineno)
         prompt_len = _nonneg_int(row, "prompt_len", file, lineno)
         if prompt_len != shared + len(suffix):
             raise TraceError(
                 file, lineno, "prompt_len", f"{prompt_len} != prompt_shared + len(prompt_suffix)"
             )
-        output = _ids(row, "output", file, lineno)
+        output = token_ids(row, "output", file, lineno)
         output_len = row.get("output_len", len(output))
         if output_len != len(output):
             raise TraceError(file, lineno, "output_len", f"{output_len} != len(output)")

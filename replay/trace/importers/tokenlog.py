@@ -17,7 +17,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from replay.errors import TraceError
-from replay.trace.importers.common import DEFAULT_VOCAB, expand_sources, iter_jsonl
+from replay.trace.importers.common import DEFAULT_VOCAB, expand_sources, iter_jsonl, token_ids
 from replay.trace.model import Call, Trace, TraceHeader
 from replay.trace.stats import common_prefix_len
 
@@ -38,18 +38,6 @@ def _pick(obj: dict, keys: tuple[str, ...], file: str, line: int, kind: type | t
     raise TraceError(file, line, keys[0], f"missing (one of {', '.join(keys)})")
 
 
-def _ids(obj: dict, key: str, file: str, line: int) -> np.ndarray:
-    v = obj.get(key)
-    if not isinstance(v, list):
-        raise TraceError(file, line, key, "missing or not an array of token ids")
-    if not v:
-        return np.empty(0, np.int32)
-    arr = np.asarray(v)
-    if arr.ndim != 1 or arr.dtype.kind not in "iu" or int(arr.min()) < 0 or int(arr.max()) >= 2**31:
-        raise TraceError(file, line, key, "must be an array of non-negative 32-bit token ids")
-    return arr.astype(np.int32)
-
-
 def import_tokenlog(sources: Sequence[str | os.PathLike], vocab_size: int | None = None) -> Trace:
     """Import token-id request logs (files or directories of `*.jsonl*`) into one ids trace."""
     files = expand_sources(sources, "*.jsonl*")
@@ -64,8 +52,8 @@ def import_tokenlog(sources: Sequence[str | os.PathLike], vocab_size: int | None
             end = float(_pick(obj, END_KEYS, file, lineno, (int, float)))  # type: ignore[arg-type]
             if end < start:
                 raise TraceError(file, lineno, END_KEYS[0], f"end {end} is before start {start}")
-            prompt = _ids(obj, "prompt_token_ids", file, lineno)
-            out = _ids(obj, "generated_token_ids", file, lineno)
+            prompt = token_ids(obj, "prompt_token_ids", file, lineno)
+            out = token_ids(obj, "generated_token_ids", file, lineno)
             rows.setdefault(task, []).append((start, end, prompt, out, lineno))
     if not rows:
         raise TraceError(str(files[0]), None, None, "no requests in the log")
