@@ -21,7 +21,7 @@ $(STAMP): pyproject.toml
 setup: $(STAMP) ## create .venv and install the project (editable) with test and dev tools
 
 run: $(STAMP) ## the main job on the embedded default: the quick sweep on the simulator, then its report
-	$(BIN)/replay sweep experiments/quick.toml
+	$(BIN)/replay sweep experiments/quick.toml --force  # seconds to rerun; never stale after an edit
 	$(BIN)/replay report results/quick
 
 test: $(STAMP) ## run the test suite (unit + loopback integration; real-engine tiers are separate)
