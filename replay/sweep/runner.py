@@ -63,18 +63,6 @@ def _run_options(adapter: EngineAdapter, run: Mapping[str, Any]):
     return RunOptions(**kwargs, request_extras=adapter.request_extras)
 
 
-def _http_factory(
-    url: str, trace, run: Mapping[str, Any], options, model: str | None
-) -> Callable[[], Any]:
-    """The driver's own HTTP factory: connection limit sized for sub-agents, connections opened
-    before the clock starts, transport chosen by the run's `transport` key."""
-    from replay.driver.http import http_transport_factory
-
-    return http_transport_factory(
-        url, trace, options, transport=run.get("transport", "aiohttp"), model=model
-    )
-
-
 def _served_model(options: Mapping[str, Any]) -> str | None:
     name = options.get("served_model_name") or options.get("model")
     return None if name is None else str(name)
@@ -254,7 +242,17 @@ class SweepRunner:
                 start = mapper.map_counters(recorder.start())
                 counters_fn = _end_counters(recorder, mapper, start, info)
             run_options = _run_options(mapper, run)
-            factory = _http_factory(url, self.trace, run, run_options, _served_model(options))
+            from replay.driver.http import DEFAULT_TRANSPORT, http_transport_factory
+
+            # the driver's factory: connection limit sized for sub-agents, connections opened
+            # before the clock starts
+            factory = http_transport_factory(
+                url,
+                self.trace,
+                run_options,
+                transport=run.get("transport", DEFAULT_TRANSPORT),
+                model=_served_model(options),
+            )
             with contextlib.ExitStack() as stack:
                 dog = None
                 if server is not None:
