@@ -296,3 +296,71 @@ def test_jitter_is_seeded_noise_on_service_time(small_trace):
     assert m1 != m0 and m2 != m1
     assert abs(m1 / m0 - 1) < 0.2 and abs(m2 / m0 - 1) < 0.2  # noise bounded by the jitter
     assert c1["prompt_tokens"] == c0["prompt_tokens"]
+
+
+# -- host-link costs: link efficiency, per-chunk overhead, blocking transfers ------------------
+
+_LINK = SimConfig(
+    hardware="h100",
+    model="llama-3-8b",
+    tp=1,
+    device_kv_gib=0.5,  # 4,096 tokens
+    host_tier_gib=1.0,
+    chunk_tokens=64,
+    efficiency=1.0,
+)
+
+
+def _restore_scenario(cfg: SimConfig, with_decoder: bool = False):
+    """Y0 leaves its prompt on the host tier, E evicts most of it from the device, then Y1 (Y0's
+    prompt grown) restores it; optionally X decodes 300 tokens while Y1 restores.
+    Returns (Y1's result, Y1's send time, X's result or None)."""
+    py = tokens(30, 2000)
+
+    async def main():
+        sim = SimTransport(cfg, debug=True)
+        out = tokens(31, 1)
+        await sim.complete(CompletionRequest("Y", 0, py, 1, forced_output=out))
+        await sim.complete(CompletionRequest("E", 0, tokens(32, 3500), 1))
+        await asyncio.sleep(1.0)  # E's writes have left the link
+        x = None
+        if with_decoder:
+            x = asyncio.ensure_future(sim.complete(CompletionRequest("X", 0, tokens(33, 64), 300)))
+            await asyncio.sleep(0.05)  # X is decoding
+        t_send = sim.engine_time()
+        y1 = await sim.complete(
+            CompletionRequest("Y", 1, np.concatenate([py, out, tokens(34, 40)]), 1)
+        )
+        rx = await x if x is not None else None
+        await sim.close()
+        return y1, t_send, rx
+
+    return run_virtual(main)
+
+
+@pytest.mark.parametrize("blocking", [False, True])
+def test_restore_costs_its_bytes_at_link_efficiency_plus_a_fixed_cost_per_chunk(blocking):
+    base = dataclasses.replace(_LINK, blocking_transfers=blocking)
+    slow = dataclasses.replace(base, host_link_efficiency=0.5, transfer_overhead_s=1e-3)
+    (a, ta, _), (b, tb, _) = _restore_scenario(base), _restore_scenario(slow)
+    d, r = a.cached_by_source["device"], a.cached_by_source["host"]
+    assert r > 0 and (d, r) == (b.cached_by_source["device"], b.cached_by_source["host"])
+    chunks = (d + r - 1) // 64 - d // 64 + 1
+    # half the bandwidth doubles the byte time: the extra is one more byte time, plus overheads
+    extra_s = r * 131_072 / HARDWARE["h100"].host_link_bytes_per_s + chunks * 1e-3
+    assert (b.t_first_token - tb) - (a.t_first_token - ta) == pytest.approx(extra_s, rel=1e-6)
+
+
+def test_blocking_transfers_stall_every_running_request_overlapped_ones_do_not():
+    slow = dataclasses.replace(_LINK, transfer_overhead_s=0.02)  # ~0.6 s of copies for Y1
+    over = _restore_scenario(slow, with_decoder=True)
+    block = _restore_scenario(dataclasses.replace(slow, blocking_transfers=True), True)
+    y1, _, x_over = over
+    _, _, x_block = block
+    chunks = -(-y1.cached_by_source["host"] // 64)
+    stall_s = chunks * 0.02
+    assert stall_s > 0.3
+    # overlapped: X decodes through Y1's load; blocking: X's steps wait for the copies (Y1's
+    # restore and the writes of its new chunks)
+    assert x_block.t_end - x_over.t_end > stall_s
+    assert x_over.t_end < x_block.t_end

@@ -5,6 +5,8 @@ overhead. FLOPs: 2 per active parameter per token (linear) plus, when enabled, 4
 head_dim per (query token, context token) pair (QK^T and AV; causal within a prefill chunk). Bytes:
 the weights a step streams (MoE: active parameters per token, at most all of them) plus the KV read.
 All quantities are per rank: FLOPs and weights split over `tp` ranks, KV bytes per rank per token.
+A host-link transfer costs its bytes at `link_efficiency` of the link's one-direction bandwidth plus
+`transfer_overhead_s` per chunk moved (the fixed cost of one chunk's lookup, allocation and copy).
 """
 
 from __future__ import annotations
@@ -25,13 +27,16 @@ class CostModel:
         efficiency: float = 1.0,
         attention_flops: bool = True,
         step_overhead_s: float = 0.0,
+        link_efficiency: float = 1.0,
+        transfer_overhead_s: float = 0.0,
     ):
         self.model = model
         self.hw = hardware
         self.tp = tp
         self.flops_s = hardware.peak_flops * efficiency
         self.hbm_s = hardware.hbm_bytes_per_s * efficiency
-        self.link_s = hardware.host_link_bytes_per_s
+        self.link_s = hardware.host_link_bytes_per_s * link_efficiency
+        self.transfer_overhead_s = transfer_overhead_s
         self.overhead_s = step_overhead_s
         self.lin = model.linear_flops_per_token() / tp
         self.attn = model.attention_flops_per_context_token() / tp if attention_flops else 0.0
@@ -68,6 +73,6 @@ class CostModel:
         by = self.weight_bytes(n_decode) + ctx * self.kv_bytes_per_token
         return np.maximum(flops / self.flops_s, by / self.hbm_s) + self.overhead_s
 
-    def transfer_s(self, tokens: int) -> float:
-        """Time to move `tokens` tokens of KV (per rank) over the host link."""
-        return tokens * self.kv_bytes_per_token / self.link_s
+    def transfer_s(self, tokens: int, chunks: int = 0) -> float:
+        """Time to move `tokens` tokens of KV (per rank), in `chunks` chunks, over the host link."""
+        return tokens * self.kv_bytes_per_token / self.link_s + chunks * self.transfer_overhead_s

@@ -9,7 +9,9 @@ Scheduling (vLLM-like): running decodes take one token each, then running prefil
 the remaining token budget, then waiting requests are admitted first come first served while seats
 (`max_num_seqs`), budget and device blocks allow. Admission looks up the device prefix (full blocks,
 at least one token left to compute), then the host tier; restored tokens load over the host link
-(FIFO, shared with writes) before the request computes. Blocks for the whole prefill are held from
+(FIFO, shared with writes) before the request computes, while other requests go on computing; with
+`blocking_transfers` every load and write instead stalls the engine's next step, as in vLLM's
+KV-connector API (loads start before the forward, saves are waited for at its end). Blocks for the whole prefill are held from
 admission; decode blocks are taken as sequences grow, and when none are left the newest running
 request is preempted (its blocks freed, recomputed later).
 """
@@ -106,6 +108,8 @@ class SimEngine:
             cfg.efficiency,
             cfg.attention_flops,
             cfg.step_overhead_s,
+            cfg.host_link_efficiency,
+            cfg.transfer_overhead_s,
         )
         self.device = DeviceTier(cfg.device_blocks, cfg.device_eviction)
         self.host = HostTier(cfg.host_chunks) if cfg.host_chunks > 0 else None
@@ -114,6 +118,7 @@ class SimEngine:
         self.waiting: deque[Seq] = deque()
         self.running: list[Seq] = []
         self.link_free_at = 0.0
+        self.stall_s = 0.0  # blocking transfers not yet charged to a step
         self.pins: dict[str, tuple[np.ndarray, float]] = {}
         self._lookups: dict[int, int] = {}  # selective: times a chunk key was looked up
         self._pos = np.zeros(1024, dtype=np.int32)  # block index of each block key
@@ -158,7 +163,20 @@ class SimEngine:
     # -- scheduling -----------------------------------------------------------------------------
 
     def schedule(self, now: float) -> Plan | None:
-        """Admit what fits and plan the next step(s); None when nothing can compute now."""
+        """Admit what fits and plan the next step(s); None when nothing can compute now.
+
+        Blocking transfers made since the last plan lengthen its first step (every step of a
+        plan runs at least its first, so the stall is charged exactly once)."""
+        plan = self._plan(now)
+        stall, self.stall_s = self.stall_s, 0.0
+        if not stall:
+            return plan
+        if plan is None:  # the engine has nothing to compute but still waits for the copies
+            return Plan(now, np.array([stall]))
+        plan.cum = plan.cum + stall
+        return plan
+
+    def _plan(self, now: float) -> Plan | None:
         self._expire_pins(now)
         for s in self.running:
             if s.state == "loading" and s.ready_at <= now:
@@ -315,6 +333,7 @@ class SimEngine:
         s.held, s.anon = m, need
         d = m * self.B
         r = 0
+        r_chunks = 0  # host chunks the restore reads
         n_chunks = min(s.prompt_len, L) // self.C
         chunk_keys = s.keys[self.R - 1 : n_chunks * self.R : self.R]
         if not s.admitted:
@@ -329,7 +348,8 @@ class SimEngine:
             if r:
                 first, last = d // self.C, (d + r - 1) // self.C
                 self.host.mark_read(chunk_keys[first : last + 1])
-                self.c["chunks_restored"] += last - first + 1
+                r_chunks = last - first + 1
+                self.c["chunks_restored"] += r_chunks
         self.c["device_hit_tokens"] += d
         self.c["host_restore_tokens"] += r
         self.c["computed_prefill_tokens"] += L - d - r
@@ -340,12 +360,14 @@ class SimEngine:
         s.order = self._order
         self._order += 1
         self.running.append(s)
-        if r:
+        if r and not self.cfg.blocking_transfers:
             start = max(now, self.link_free_at)
-            s.ready_at = start + self.cost.transfer_s(r)
+            s.ready_at = start + self.cost.transfer_s(r, r_chunks)
             self.link_free_at = s.ready_at
             s.state = "loading"
         else:
+            if r:
+                self.stall_s += self.cost.transfer_s(r, r_chunks)
             s.state = "prefill"
         return True
 
@@ -412,7 +434,11 @@ class SimEngine:
         if not len(chosen):
             return
         self.host.write(chosen, now)
-        self.link_free_at = max(now, self.link_free_at) + self.cost.transfer_s(len(chosen) * self.C)
+        t = self.cost.transfer_s(len(chosen) * self.C, len(chosen))
+        if self.cfg.blocking_transfers:
+            self.stall_s += t
+        else:
+            self.link_free_at = max(now, self.link_free_at) + t
 
     def _finish(self, s: Seq, t: float) -> None:
         self._register(s, min(s.kv // self.B, len(s.keys)))

@@ -57,6 +57,13 @@ class SimConfig:
     efficiency: float = 0.6
     attention_flops: bool = True
     step_overhead_s: float = 0.0
+    # host-link costs: the share of the link's bandwidth a copy achieves, a fixed cost per chunk
+    # moved, and whether transfers stall the whole engine step (vLLM's KV-connector API: loads
+    # start before the forward and saves are waited for at its end) or overlap other requests'
+    # compute (only the restoring request waits)
+    host_link_efficiency: float = 1.0
+    transfer_overhead_s: float = 0.0
+    blocking_transfers: bool = False
     max_model_len: int = 1 << 20
     time_scale: float = 0.0
     jitter: float = 0.0  # service-time noise: each planned stretch x (1 + jitter * U(-1, 1))
@@ -83,6 +90,10 @@ class SimConfig:
             raise bad("efficiency", f"must be in (0, 1], got {self.efficiency}")
         if self.time_scale < 0 or self.step_overhead_s < 0:
             raise bad("time_scale", "must be >= 0")
+        if not 0 < self.host_link_efficiency <= 1:
+            raise bad("host_link_efficiency", f"must be in (0, 1], got {self.host_link_efficiency}")
+        if not self.transfer_overhead_s >= 0:
+            raise bad("transfer_overhead_s", f"must be >= 0, got {self.transfer_overhead_s}")
         if not 0 <= self.jitter < 1:
             raise bad("jitter", f"must be in [0, 1), got {self.jitter}")
         for f, valid in (
@@ -170,6 +181,18 @@ _OPTIONS: list[tuple[str, dict[str, Any]]] = [
     ("--efficiency", {"type": float, "help": "fraction of peak FLOP/s and bandwidth achieved"}),
     ("--attention-flops/--no-attention-flops", {"default": None, "help": "count attention FLOPs"}),
     ("--step-overhead-s", {"type": float, "help": "fixed cost per engine step, seconds"}),
+    (
+        "--host-link-efficiency",
+        {"type": float, "help": "fraction of the host link's bandwidth a KV copy achieves"},
+    ),
+    (
+        "--transfer-overhead-s",
+        {"type": float, "help": "fixed cost per KV chunk moved over the host link, seconds"},
+    ),
+    (
+        "--blocking-transfers/--overlapped-transfers",
+        {"default": None, "help": "host-link copies stall the whole engine step (vLLM connector)"},
+    ),
     (
         "--time-scale",
         {"type": float, "help": "server: wall seconds per simulated second (0: ASAP)"},
