@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -372,10 +373,12 @@ def _prediction_errors(a: _Analysis) -> list[str]:
             "",
         ]
     keys = [c for c in e.columns if c in a.params]
-    header = [*keys, "quantity", "predicted", "measured (95% CI)", "n", "error", "inside interval"]
+    header = [*keys, "quantity", "predicted [range]", "measured (95% CI)", "n", "error", "agrees"]
     rows = []
     for _, r in e.iterrows():
         inside = "-" if pd.isna(r["within_interval"]) else ("yes" if r["within_interval"] else "no")
+        low, high = r.get("predicted_low", math.nan), r.get("predicted_high", math.nan)
+        span = "" if pd.isna(low) or pd.isna(high) else f" [{fmt_num(low)}–{fmt_num(high)}]"
         measured = fmt_num(r["measured"]) + (
             "" if pd.isna(r["ci_low"]) else f" [{fmt_num(r['ci_low'])}–{fmt_num(r['ci_high'])}]"
         )
@@ -384,14 +387,19 @@ def _prediction_errors(a: _Analysis) -> list[str]:
             [
                 *(_plain(r[k]) for k in keys),
                 r["quantity"],
-                fmt_num(r["predicted"]),
+                fmt_num(r["predicted"]) + span,
                 measured,
                 int(r["n"]),
                 err,
                 inside,
             ]
         )
-    lines = ["Error = (predicted − measured) / measured.", ""]
+    lines = [
+        "Error = (point prediction − measured) / measured. Agrees: the pre-registered range "
+        "overlaps the measured 95% interval (docs/model.md, Ranges); a prediction without a range: "
+        "the point lies inside the interval.",
+        "",
+    ]
     return lines + _md_table(header, rows)
 
 

@@ -9,6 +9,7 @@ import pytest
 
 from replay.analysis.aggregate import aggregate
 from replay.analysis.predictions import (
+    agrees,
     compare_predictions,
     prediction_groups,
     prediction_table,
@@ -111,6 +112,66 @@ def test_interval_membership():
     assert bool(out.loc[(5, "host_restore_tokens"), "within_interval"]) is True
     # one repeat at 20: no interval to be inside of
     assert math.isnan(out.loc[(20, "computed_prefill_tokens"), "within_interval"])
+
+
+RANGED = {
+    "working_set_gib": 11.4,
+    "range": {"method": "service_bounds", "derivation": "..."},  # a mapping: not a table column
+    "tiers": [
+        # measured at 5: mean 1101, 95% interval [1098.5, 1103.5]
+        {
+            "host_tier_gib": 5,
+            "computed_prefill_tokens": 1000,
+            "computed_prefill_tokens_low": 990,
+            "computed_prefill_tokens_high": 1099,  # reaches into the interval
+            "host_restore_tokens": 100,
+            "host_restore_tokens_low": 115,  # the point is inside the interval, the range is not
+            "host_restore_tokens_high": 130,
+        },
+        # measured once at 20: 250 computed
+        {
+            "host_tier_gib": 20,
+            "computed_prefill_tokens": 200,
+            "computed_prefill_tokens_low": 190,
+            "computed_prefill_tokens_high": 260,
+            "host_restore_tokens": 900,
+        },
+    ],
+}
+
+
+def test_a_range_agrees_when_it_overlaps_the_measured_interval():
+    _, agg = _measured()
+    pred = prediction_table({"pool=16": RANGED})
+    assert "range" not in pred.columns
+    out = compare_predictions(pred, agg, ["host_tier_gib", "pool"]).set_index(
+        ["host_tier_gib", "quantity"]
+    )
+    cp5 = out.loc[(5, "computed_prefill_tokens")]
+    assert (cp5["predicted_low"], cp5["predicted_high"]) == (990, 1099)
+    assert bool(cp5["within_interval"]) is True  # the point (1000) alone would be outside
+    assert cp5["rel_error"] == pytest.approx(-101 / 1101)  # errors stay the point's
+    assert bool(out.loc[(5, "host_restore_tokens"), "within_interval"]) is False
+    # one repeat: the range must contain the single measurement
+    assert bool(out.loc[(20, "computed_prefill_tokens"), "within_interval"]) is True
+    # a quantity without a range keeps the point rule (no interval with one repeat: unknown)
+    r20 = out.loc[(20, "host_restore_tokens")]
+    assert math.isnan(r20["predicted_low"]) and math.isnan(r20["within_interval"])
+
+
+def test_agrees_rules():
+    nan = math.nan
+    # overlap, touching ends included
+    assert agrees(5, 4, 6, 10, 6, 14, 3) is True
+    assert agrees(5, 4, 5.9, 10, 6, 14, 3) is False
+    assert agrees(15, 14.5, 20, 10, 6, 14, 3) is False
+    # one repeat: the range must hold the mean
+    assert agrees(5, 4, 11, 10, nan, nan, 1) is True
+    assert agrees(5, 4, 9, 10, nan, nan, 1) is False
+    # no range: the point against the interval, unknown with one repeat
+    assert agrees(7, nan, nan, 10, 6, 14, 3) is True
+    assert agrees(5, nan, nan, 10, 6, 14, 3) is False
+    assert math.isnan(agrees(5, nan, nan, 10, nan, nan, 1))
 
 
 def test_group_parameters_must_match():

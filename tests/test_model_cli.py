@@ -108,6 +108,21 @@ def test_trace_mode_with_model_and_hardware_service_times(capsys, trace_file):
         "--json",
     )
     assert doc["bytes_per_token"] == 131072 and doc["offload_pays_from_gib"] is None
+    assert "range" not in doc and doc["engine_queue"] is False
+
+
+def test_trace_mode_queue_and_ranges(capsys, trace_file):
+    argv = ["predict", "--trace", str(trace_file), "--pool", "3", "--model", "llama-3-8b"]
+    argv += ["--hardware", "h100", "--tiers-gib", "0,0.001", "--chunk-tokens", "4", "--no-pays"]
+    doc = ok_json(capsys, *argv, "--queue", "--ranges", "--json")
+    assert doc["engine_queue"] is True and doc["range"]["method"] == "service_bounds"
+    for row in doc["tiers"]:
+        q = "computed_prefill_tokens"
+        assert row[f"{q}_low"] <= row[q] <= row[f"{q}_high"]
+    # ranges need service times from a roofline: without --hardware the JSON says why
+    flat = ["predict", "--trace", str(trace_file), "--pool", "3", "--bytes-per-token", "1"]
+    doc = ok_json(capsys, *flat, "--ranges", "--no-pays", "--json")
+    assert "unavailable" in doc["range"]
 
 
 def test_economics_and_sessions(capsys):

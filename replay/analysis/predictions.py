@@ -22,6 +22,7 @@ from replay.analysis.load import parse_point_name
 
 __all__ = [
     "PREDICTED_QUANTITIES",
+    "agrees",
     "compare_predictions",
     "prediction_groups",
     "prediction_table",
@@ -138,15 +139,20 @@ def compare_predictions(
 
     A measured point matches a prediction row when the tiers are equal and every prediction group
     parameter that is also a matrix parameter is equal; group parameters the sweep did not vary
-    are ignored. Rows: the point's parameters, `quantity`, `predicted`, `measured` (mean), `n`,
-    `ci_low`, `ci_high`, `rel_error` ((predicted - measured) / measured) and `within_interval`
-    (the prediction lies inside the measured 95% interval; NaN with one repeat).
+    are ignored. Rows: the point's parameters, `quantity`, `predicted` (the point estimate),
+    `predicted_low` / `predicted_high` (the pre-registered range, NaN when the prediction has
+    none), `measured` (mean), `n`, `ci_low`, `ci_high`, `rel_error` ((predicted - measured) /
+    measured) and `within_interval`: with a range, whether it overlaps the measured 95% interval
+    (the mean with one repeat); without one, whether the point lies inside the interval (NaN with
+    one repeat).
     """
     keys = [p for p in params if p in measured.columns]
     columns = [
         *keys,
         "quantity",
         "predicted",
+        "predicted_low",
+        "predicted_high",
         "measured",
         "n",
         "ci_low",
@@ -182,21 +188,59 @@ def compare_predictions(
                 continue
             s = stat.iloc[0]
             p = float(pred_row[q])
-            inside = bool(s["ci_low"] <= p <= s["ci_high"]) if s["n"] >= 2 else math.nan
+            low, high = _range(pred_row, q)
             rows.append(
                 {
                     **{k: point[k] for k in keys},
                     "quantity": q,
                     "predicted": p,
+                    "predicted_low": low,
+                    "predicted_high": high,
                     "measured": float(s["mean"]),
                     "n": int(s["n"]),
                     "ci_low": s["ci_low"],
                     "ci_high": s["ci_high"],
                     "rel_error": relative_error(p, s["mean"]),
-                    "within_interval": inside,
+                    "within_interval": agrees(
+                        p, low, high, s["mean"], s["ci_low"], s["ci_high"], s["n"]
+                    ),
                 }
             )
     return pd.DataFrame(rows, columns=columns)
+
+
+def _range(row: pd.Series, quantity: str) -> tuple[float, float]:
+    """The prediction's pre-registered (low, high) for `quantity`; NaNs when it has none."""
+    try:
+        low, high = float(row[f"{quantity}_low"]), float(row[f"{quantity}_high"])
+    except (KeyError, TypeError, ValueError):
+        return math.nan, math.nan
+    if math.isnan(low) or math.isnan(high):
+        return math.nan, math.nan
+    return min(low, high), max(low, high)
+
+
+def agrees(
+    predicted: float,
+    low: float,
+    high: float,
+    mean: float,
+    ci_low: float,
+    ci_high: float,
+    n: int,
+) -> bool | float:
+    """The verdict of a prediction against a measurement (True, False, or NaN: cannot tell).
+
+    With a range [low, high]: it overlaps the measured 95% interval [ci_low, ci_high] (with one
+    repeat, no interval: it contains the mean). Without one: the point lies inside the interval
+    (NaN with one repeat).
+    """
+    has_ci = n >= 2 and not (pd.isna(ci_low) or pd.isna(ci_high))
+    if not (math.isnan(low) or math.isnan(high)):
+        if has_ci:
+            return bool(low <= ci_high and ci_low <= high)
+        return bool(low <= mean <= high) if n >= 1 and not pd.isna(mean) else math.nan
+    return bool(ci_low <= predicted <= ci_high) if has_ci else math.nan
 
 
 def working_set_by_run(

@@ -153,6 +153,8 @@ def _print_sessions(doc: dict) -> None:
     help="Reference order: pool (closed loop of --pool slots), trace, or run:DIR (a recorded run).",
 )
 @click.option("--no-pays", is_flag=True, help="Skip the search for where offload starts paying.")
+@click.option("--queue", is_flag=True, help="Pool order: calls queue in the engine (model.md).")
+@click.option("--ranges", is_flag=True, help="Pool order, --hardware: low/high per quantity.")
 @click.option("--mean-prompt-tokens", type=float, help="Closed form: mean prompt N (else trace).")
 @click.option(
     "--hardware",
@@ -278,6 +280,8 @@ def _trace_mode(o: dict, tiers: list[float]) -> None:
         block_tokens=o["block_tokens"],
         offload_pays=not o["no_pays"],
         service=service,
+        queue=o["queue"],
+        ranges=o["ranges"],
     )
     if doc["order"] == "given":
         doc["order"] = o["order"]

@@ -19,19 +19,22 @@ not see each other's not-yet-stored chunks.
 from __future__ import annotations
 
 import heapq
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from replay.errors import ConfigError
-from replay.model.presets import HardwarePreset, ModelPreset
+from replay.model.service import EngineQueue, ServiceModel, StepRoofline
 from replay.trace.model import Call, CallRef, Trace
 
 __all__ = [
     "ORDERS",
+    "EngineQueue",
     "Schedule",
     "ServiceModel",
+    "StepRoofline",
     "trace_order",
     "trace_schedule",
     "closed_loop_order",
@@ -96,42 +99,6 @@ class Schedule:
         return calls[ranked], kinds[ranked]
 
 
-@dataclass(frozen=True)
-class ServiceModel:
-    """How long the stand-in server takes per call: new prompt tokens at a prefill rate, then decode.
-
-    Only the interleaving of calls matters to the cache, and that is set mostly by gaps (seconds to
-    tens of seconds) and by long decodes; the defaults are a mid-size model on one modern GPU, and
-    `from_presets` derives both rates from a model and hardware preset.
-    """
-
-    prefill_tokens_per_s: float = 20_000.0
-    decode_tokens_per_s: float = 40.0
-
-    def __post_init__(self) -> None:
-        if not (self.prefill_tokens_per_s > 0 and self.decode_tokens_per_s > 0):
-            raise ConfigError("service model", "tokens_per_s", "rates must be positive")
-
-    @classmethod
-    def from_presets(
-        cls, model: ModelPreset, hardware: HardwarePreset, tp: int = 1, efficiency: float = 0.6
-    ) -> ServiceModel:
-        """Roofline rates: prefill at `efficiency` of peak FLOP/s (linear FLOPs only); a decode
-        step streams the active weights of one rank at `efficiency` of HBM bandwidth."""
-        if not 0 < efficiency <= 1:
-            raise ConfigError("service model", "efficiency", f"must be in (0, 1], got {efficiency}")
-        prefill = hardware.peak_flops * efficiency * tp / model.linear_flops_per_token()
-        weights_per_rank = model.params_active * model.dtype_bytes / tp
-        decode = hardware.hbm_bytes_per_s * efficiency / weights_per_rank
-        return cls(prefill_tokens_per_s=prefill, decode_tokens_per_s=decode)
-
-    def prefill_s(self, new_prompt_tokens: int) -> float:
-        return new_prompt_tokens / self.prefill_tokens_per_s
-
-    def decode_s(self, output_tokens: int) -> float:
-        return output_tokens / self.decode_tokens_per_s
-
-
 def _open_loop(trace: Trace) -> bool:
     return bool(trace.calls) and all(c.at_s is not None for c in trace.calls)
 
@@ -165,14 +132,25 @@ def closed_loop_schedule(
     *,
     service: ServiceModel | None = None,
     gap_scale: float = 1.0,
+    jitter: float = 0.0,
+    rng: np.random.Generator | None = None,
+    queue: EngineQueue | None = None,
 ) -> Schedule:
     """Times of a closed-loop replay of `trace` with `pool` slots, in virtual time.
 
     Ties in send time keep a deterministic order (the sequence in which calls became ready).
     Open-loop traces (every call has `at_s`) ignore the pool: calls arrive at their `at_s`.
+    `jitter` > 0 (with `rng`) stretches each call's service time by 1 + jitter * U(-1, 1), drawn
+    per call in admission order: a server whose step times vary as the simulator's `--jitter` does.
+    With `queue` a call's lookup is its admission by the engine (see `EngineQueue`); without, every
+    call is admitted when it is sent and prefills at once.
     """
     if pool < 1:
         raise ConfigError("order", "pool", f"must be at least 1, got {pool}")
+    if not 0 <= jitter < 1:
+        raise ConfigError("order", "jitter", f"must be in [0, 1), got {jitter}")
+    if jitter and rng is None:
+        raise ConfigError("order", "rng", "jitter needs a random generator (seeded by the caller)")
     service = service or ServiceModel()
     if _open_loop(trace):
         return _open_loop_schedule(trace, service, gap_scale)
@@ -193,6 +171,41 @@ def closed_loop_schedule(
     send, end = 0, 1
     refs: list[CallRef] = []
     times: list[tuple[float, float, float]] = []
+    in_flight: dict[CallRef, int] = {}  # admitted, not ended: context tokens (the decode batch)
+    waiting: deque[tuple[Call, int]] = deque()  # sent, not admitted (only with a queue)
+    held = 0  # device tokens the admitted calls reserve
+    prefill_free = 0.0  # when the prefill compute is next free
+
+    def admit(call: Call, slot: int, t: float) -> None:
+        nonlocal seq, held, prefill_free
+        new = _new_tokens(trace, call)
+        start = t
+        if queue is not None:
+            new = min(call.prompt_len, queue.prefill_tokens.get(call.ref, new))
+            start = max(t, prefill_free)
+            held += call.prompt_len + call.output_len
+        stretch = 1.0 + jitter * float(rng.uniform(-1.0, 1.0)) if jitter and rng else 1.0
+        t_pre = start + stretch * service.prefill_s(new, call.prompt_len - new)
+        if queue is not None:
+            prefill_free = t_pre
+        t_end = t_pre + stretch * service.decode_s(
+            call.output_len, call.prompt_len, tuple(in_flight.values())
+        )
+        refs.append(call.ref)
+        times.append((t, t_pre, t_end))
+        in_flight[call.ref] = call.prompt_len
+        seq += 1
+        heapq.heappush(heap, (t_end, seq, end, call, slot))
+
+    def admit_waiting(t: float) -> None:
+        assert queue is not None
+        while waiting:
+            call, slot = waiting[0]
+            room = queue.device_tokens
+            if room and in_flight and held + call.prompt_len + call.output_len > room:
+                return  # first come first served: the head waits for device space
+            waiting.popleft()
+            admit(call, slot, t)
 
     def ready(call: Call, dep_end: float, slot: int) -> None:
         nonlocal seq
@@ -215,13 +228,15 @@ def closed_loop_schedule(
     while heap:
         t, _, kind, call, slot = heapq.heappop(heap)
         if kind == send:
-            t_pre = t + service.prefill_s(_new_tokens(trace, call))
-            t_end = t_pre + service.decode_s(call.output_len)
-            refs.append(call.ref)
-            times.append((t, t_pre, t_end))
-            seq += 1
-            heapq.heappush(heap, (t_end, seq, end, call, slot))
+            if queue is None:
+                admit(call, slot, t)
+            else:
+                waiting.append((call, slot))
+                admit_waiting(t)
             continue
+        in_flight.pop(call.ref, None)
+        if queue is not None:
+            held -= call.prompt_len + call.output_len
         ended[call.ref] = t
         nxt = successor.get(call.ref)
         if nxt is not None:
@@ -233,6 +248,8 @@ def closed_loop_schedule(
         for parked in waiting_on.pop(call.ref, ()):
             p_slot, p_dep = parked_at.pop(parked.ref)
             ready(parked, p_dep, p_slot)
+        if queue is not None:
+            admit_waiting(t)
     grid = np.array(times, np.float64).reshape(-1, 3)
     return Schedule(refs, grid[:, 0], grid[:, 1], grid[:, 2])
 
@@ -242,8 +259,12 @@ def _open_loop_schedule(trace: Trace, service: ServiceModel, gap_scale: float) -
     refs = trace_order(trace)
     calls = [trace.call(r) for r in refs]
     t0 = np.array([c.at_s for c in calls], np.float64) * gap_scale
-    pre = np.array([service.prefill_s(_new_tokens(trace, c)) for c in calls], np.float64)
-    dec = np.array([service.decode_s(c.output_len) for c in calls], np.float64)
+    new = [_new_tokens(trace, c) for c in calls]
+    pre = np.array(
+        [service.prefill_s(n, c.prompt_len - n) for n, c in zip(new, calls, strict=True)],
+        np.float64,
+    )
+    dec = np.array([service.decode_s(c.output_len, c.prompt_len) for c in calls], np.float64)
     return Schedule(refs, t0, t0 + pre, t0 + pre + dec)
 
 

@@ -3,6 +3,7 @@ pre-register the working-set predictions (predictions.json), which no run ever r
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -98,7 +99,9 @@ def _groups(exp: Experiment) -> dict[str, list[Point]]:
     return groups
 
 
-def _predict_group(trace, exp: Experiment, points: list[Point]) -> dict[str, Any]:
+def _predict_group(
+    trace, exp: Experiment, points: list[Point], memo: dict[str, dict] | None = None
+) -> dict[str, Any]:
     from replay.model.order import ServiceModel
     from replay.model.predict import predict_tiers
     from replay.model.presets import get_hardware, get_model
@@ -112,6 +115,10 @@ def _predict_group(trace, exp: Experiment, points: list[Point]) -> dict[str, Any
         return {"inputs": inputs, "skipped": "set predict.model and predict.device_kv_gib"}
     bytes_per_token = get_model(str(inputs["model"])).bytes_per_token(inputs["tp"])
     tiers = sorted({prediction_inputs(exp, p)["host_tier_gib"] for p in points})
+    # groups that differ only in what the model does not see (say, write admission) share one
+    memo_key = repr((sorted(inputs.items()), tiers, exp.predict.order))
+    if memo is not None and memo_key in memo:
+        return copy.deepcopy(memo[memo_key])
     prediction = predict_tiers(
         trace,
         pool=inputs["pool"],
@@ -128,8 +135,14 @@ def _predict_group(trace, exp: Experiment, points: list[Point]) -> dict[str, Any
             if inputs["hardware"]
             else None
         ),
+        # the engine's queue and low/high ranges from the service bounds (docs/model.md)
+        queue=exp.predict.order == "pool",
+        ranges=exp.predict.order == "pool",
     )
-    return {"inputs": dict(inputs, bytes_per_token=bytes_per_token), "prediction": prediction}
+    out = {"inputs": dict(inputs, bytes_per_token=bytes_per_token), "prediction": prediction}
+    if memo is not None:
+        memo[memo_key] = copy.deepcopy(out)
+    return out
 
 
 def write_predictions(trace, exp: Experiment, exp_dir: Path, *, force: bool) -> dict | None:
@@ -142,6 +155,7 @@ def write_predictions(trace, exp: Experiment, exp_dir: Path, *, force: bool) -> 
     if not exp.predict.enabled:
         doc["skipped"] = "predict.enabled = false"
     else:
+        memo: dict[str, dict] = {}
         for key, points in _groups(exp).items():
             params = {k: v for k, v in points[0].params if k != TIER_KEY}
             entry: dict[str, Any] = {
@@ -150,7 +164,7 @@ def write_predictions(trace, exp: Experiment, exp_dir: Path, *, force: bool) -> 
                 "points": [p.name for p in points],
             }
             try:
-                entry.update(_predict_group(trace, exp, points))
+                entry.update(_predict_group(trace, exp, points, memo))
             except ModuleNotFoundError as e:
                 entry["skipped"] = f"model not available: {e.name}"
             except ReplayError as e:
