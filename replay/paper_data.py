@@ -285,6 +285,14 @@ PUBLISHED: tuple[Published, ...] = (
         "fraction",
         "study, hardware comparison",
     ),
+    Published(
+        "offload_split",
+        "hardware",
+        "same workload and host-link costs: offload loses on H800, pays on H20 and RTX 3090",
+        None,
+        "fraction",
+        "study, hardware comparison",
+    ),
     # Folding
     Published(
         "folding_hit",

@@ -109,6 +109,7 @@ def _predict(trace: Trace, spec: HoldoutSpec, pool: int, device_tokens: int) -> 
         block_tokens=spec.block_tokens,
         offload_pays=False,
         service=ServiceModel.from_presets(model, get_hardware(spec.hardware), spec.tp),
+        queue=True,  # the engine's admission queue, as the sweep's pre-registered predictions use
     )["tiers"]
 
 

@@ -64,14 +64,18 @@ Why some numbers differ (the simulator's assumptions, docs/simulator.md):
   everything the running batch holds pinned. The study's device size and LMCache's own lookup are
   not modelled, so how many device misses a small host tier can serve differs: it sets the
   write:read ratio and the evicted-unread share at 5 GiB.
-- **Host link.** A restore costs its bytes over the link's one-direction PCIe bandwidth, with no
-  per-transfer overhead, CPU copies or serialization. Recomputing a token of this model costs
-  0.83 GFLOP per rank for the weights alone (plus attention), more than the 0.38 GFLOP-equivalent
-  an H800 spends moving its 24,576 bytes (15.5K FLOP per byte), so in this model a restore never
-  loses to a recompute. On the H800 the no-offload run is already close to the trace's own floor
-  (the agents' tool gaps), so offload gains only a few percent: the gain collapses as compute per
-  byte grows, as in the study, but it does not turn into the study's loss, which came from costs
-  outside this model.
+- **Host link.** paper-h20 charges a restore its bytes over the link's one-direction PCIe
+  bandwidth, overlapped with other requests' compute. paper-hardware charges copies as vLLM +
+  LMCache pays them: each load and save stalls the engine step, at 65% of the link (LMCache logs
+  41-44 GB/s). Recomputing a token of this model costs 0.83 GFLOP per rank for the weights alone
+  (plus attention), more than the 0.38 GFLOP-equivalent an H800 spends moving its 24,576 bytes
+  (15.5K FLOP per byte), so a restore that costs only its bytes never loses to a recompute. On the
+  H800 the no-offload run is already close to the trace's own floor (the agents' tool gaps), so
+  offload gains only a few percent: the gain collapses as compute per byte grows, as in the
+  study, but turns into the study's loss only when each 256-token chunk copied also costs a fixed
+  time of the order of milliseconds (the hardware table gives the break-even per card; the H800
+  reaches it first). The study did not measure such a cost, and LMCache's own logs show
+  bandwidth-bound copies, so the loss it saw most likely came from costs outside this model.
 - **Write admission.** The simulator's `fixed` and `conditioned` filters count a call's chunks
   that are missing from the host tier. A task's first call (about 25 chunks) already exceeds
   kappa 8, and so does every later call of a task never written, so `fixed` writes nothing and
@@ -81,6 +85,15 @@ Why some numbers differ (the simulator's assumptions, docs/simulator.md):
 - **Pool size.** At pool 16 without a tier the simulated server is busy but not thrashing enough
   for halving the pool to pay: with 8 agents the server idles during tool gaps and the makespan
   grows, although computed prefill halves.
+- **Predictions.** Like the study's, ours are ranges, written before any run: the working-set
+  model (docs/model.md) on the closed loop with the engine's queue, under the service models that
+  bracket a run's timing (every call decoding alone; every agent decoding at once; seeded 5%
+  service noise), the point estimate from the batch in flight at each send. Fed a run's own call
+  times the model matches the simulator to about a thousand tokens at 20 GiB, so there the range
+  only has to cover timing. At 10 GiB calls wait seconds in the engine for device space (about
+  11 s at the 90th percentile) and look up the host tier when admitted; the model's
+  first-come-first-served queue with one prefill at a time catches only part of that wait, and
+  over-predicts restores.
 - **Noise.** Run-to-run variation comes only from the 5% service-time jitter, so it is smaller
   than the study's (116-124 min at 40 GiB): a difference called `real` here may be within the
   noise of a real server.

@@ -11,8 +11,7 @@ from pathlib import Path
 import pytest
 
 from replay.paper import NOT_RUN, build_paper, load_paper_runs, paper_rows
-from replay.sweep.config import load_experiment
-from replay.sweep.runner import run_sweep
+from tests.paper_helpers import run_reduced
 
 ROOT = Path(__file__).resolve().parents[1]
 SCALE = 0.25
@@ -29,17 +28,7 @@ _EDITS = (
 
 @pytest.fixture(scope="module")
 def results_root(tmp_path_factory) -> Path:
-    text = (ROOT / "experiments" / "paper-h20.toml").read_text()
-    for old, new in _EDITS:
-        assert old in text, f"paper-h20.toml changed shape: {old!r} not found"
-        text = text.replace(old, new)
-    root = tmp_path_factory.mktemp("paper")
-    path = root / "paper-h20.toml"
-    path.write_text(text)
-    exp = load_experiment(path)
-    result = run_sweep(exp, results_root=root / "results", echo=lambda s: None)
-    assert [o.status for o in result.outcomes] == ["ok"] * 15
-    return root / "results"
+    return run_reduced("paper-h20", _EDITS, tmp_path_factory.mktemp("paper"), 15)
 
 
 @pytest.fixture(scope="module")
@@ -85,9 +74,15 @@ def test_conditioned_helps_under_pressure_and_equals_plain_above(rows):
 def test_predictions_hold_far_from_the_transition(rows):
     by_key, h20 = rows
     pred = h20.prediction("computed_prefill_tokens", 20, admission="all")
+    low = h20.prediction("computed_prefill_tokens_low", 20, admission="all")
+    high = h20.prediction("computed_prefill_tokens_high", 20, admission="all")
     meas = h20.values("computed_prefill_tokens", host_tier_gib=20, admission="all").mean()
     assert pred is not None and abs(pred - meas) / meas <= 0.10
+    # the pre-registered range (written before the runs) holds the one repeat's measurement
+    assert low is not None and high is not None and low <= pred <= high
+    assert low <= meas <= high
     assert by_key["pred_prefill_20"].verdict == "yes"
+    assert "[" in by_key["pred_prefill_20"].ours  # the range is shown with its width
     assert by_key["pred_prefill_80"].verdict == NOT_RUN  # 80 GiB is not in the reduced matrix
 
 
