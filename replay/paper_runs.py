@@ -24,7 +24,13 @@ from replay.paper_data import Published, published
 
 __all__ = ["PAPER_EXPERIMENTS", "YES", "DIRECTION", "NO", "NOT_RUN", "Row", "PaperRun"]
 
-PAPER_EXPERIMENTS = ("paper-h20", "paper-pool8", "paper-hardware", "paper-folding")
+PAPER_EXPERIMENTS = (
+    "paper-h20",
+    "paper-pool8",
+    "paper-hardware",
+    "paper-folding",
+    "paper-kappa",
+)
 YES, DIRECTION, NO, NOT_RUN = "yes", "direction", "no", "not run"
 
 

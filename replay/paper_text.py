@@ -27,14 +27,15 @@ _SECTIONS = (
 
 _HOW = """\
 ```
-replay sweep experiments/paper-h20.toml        # 6 tiers x 3 admissions x 3 repeats, in process
+replay sweep experiments/paper-h20.toml         # 6 tiers x 3 admissions x 3 repeats, in process
 replay sweep experiments/paper-pool8.toml
-replay sweep experiments/paper-hardware.toml
+replay sweep experiments/paper-hardware.toml    # 3 cards x tiers x per-chunk copy cost
 replay sweep experiments/paper-folding.toml
-replay sweep experiments/paper-extensions.toml # rate limiter, TTL pinning, selective writes
-python -m replay.paper_holdout                 # held-out check of the model (results/paper-holdout)
-replay report results/paper-h20 --paper        # report.md there, and this page
-replay trace fold IN.jsonl.gz -o OUT.jsonl.gz  # the folding transform on any token-id trace
+replay sweep experiments/paper-kappa.toml       # fixed filter at 5 GiB, kappa 2-16
+replay sweep experiments/paper-extensions.toml  # rate limiter, TTL pinning, selective writes
+python -m replay.paper_holdout                  # held-out check of the model (results/paper-holdout)
+replay report results/paper-h20 --paper         # report.md there, and this page
+replay trace fold IN.jsonl.gz -o OUT.jsonl.gz   # the folding transform on any token-id trace
 ```
 On a GPU box the same workload runs on vLLM + LMCache with `experiments/paper-h20-vllm.toml`
 (`replay sweep ... --dry-run` prints the exact commands first)."""
