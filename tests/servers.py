@@ -371,3 +371,151 @@ class ScriptedTransport:
         finally:
             self.inflight -= 1
             self.log.append((req.task, req.call, t0, loop.time()))
+
+
+# --- a scriptable HTTP/1.1 server for connection-level tests ---------------------------------
+
+
+@dataclass
+class Exchange:
+    """One request as `ScriptServer` saw it, and where to write its response."""
+
+    conn_id: int  # which connection (0-based, in accept order)
+    on_conn: int  # n-th request on that connection (0-based)
+    index: int  # n-th request overall (0-based)
+    method: str
+    path: str
+    headers: dict[str, str]
+    body: bytes
+    writer: asyncio.StreamWriter
+
+
+def sse_body(prompt_tokens: int, completion_tokens: int, text: str = "x") -> bytes:
+    """A complete OpenAI completions event stream with usage and [DONE]."""
+    usage = {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens}
+    first = {"choices": [{"index": 0, "text": text, "finish_reason": "length"}]}
+    return (
+        b"data: " + orjson.dumps(first) + b"\n\n"
+        b"data: " + orjson.dumps({"choices": [], "usage": usage}) + b"\n\ndata: [DONE]\n\n"
+    )
+
+
+class ScriptServer:
+    """HTTP/1.1 server on 127.0.0.1 port 0 (own thread and loop) whose answers are a script.
+
+    `script(ex)` is a coroutine function on the server's loop: it writes whatever bytes it likes
+    to `ex.writer` and returns True to keep reading requests from that connection, False to close
+    it. The server counts connections (opened, open now, peak open at once) on its side, which is
+    what connection-pool tests must check. `abort(conn_id)` resets a connection (RST) from the
+    test thread and returns once the kernel has done it. `reset_after_head(conn_id, on_conn)`
+    True resets the connection as soon as a request's head is read, before its body.
+    """
+
+    def __init__(self, script, reset_after_head=None) -> None:
+        self.script = script
+        self.reset_after_head = reset_after_head
+        self.resets_after_head = 0
+        self.exchanges: list[Exchange] = []
+        self.opened = 0
+        self.open_now = 0
+        self.peak_open = 0
+        self._writers: dict[int, asyncio.StreamWriter] = {}
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._server: asyncio.AbstractServer | None = None
+        self._thread: threading.Thread | None = None
+        self.port = 0
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def __enter__(self) -> ScriptServer:
+        ready = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(ready,), daemon=True)
+        self._thread.start()
+        if not ready.wait(10):
+            raise RuntimeError("script server did not start")
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._loop is not None and self._thread is not None and self._thread.is_alive():
+            asyncio.run_coroutine_threadsafe(self._shutdown(), self._loop).result(10)
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(10)
+
+    def _run(self, ready: threading.Event) -> None:
+        loop = self._loop = asyncio.new_event_loop()
+        self._server = loop.run_until_complete(
+            asyncio.start_server(self._handle, "127.0.0.1", 0, backlog=256)
+        )
+        self.port = self._server.sockets[0].getsockname()[1]
+        ready.set()
+        try:
+            loop.run_forever()
+        finally:
+            loop.close()
+
+    async def _shutdown(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        for w in list(self._writers.values()):
+            _abort(w)
+        await asyncio.sleep(0.01)  # handlers see their sockets gone and end
+
+    def abort(self, conn_id: int) -> None:
+        """Reset connection `conn_id` now (RST, from the test thread)."""
+        self._end(conn_id, _abort)
+
+    def close(self, conn_id: int) -> None:
+        """Close connection `conn_id` now (FIN, from the test thread); returns once closed."""
+        self._end(conn_id, lambda w: w.transport.close())
+
+    def _end(self, conn_id: int, how) -> None:
+        assert self._loop is not None
+
+        async def go() -> None:
+            w = self._writers.get(conn_id)
+            if w is not None:
+                how(w)
+                await asyncio.sleep(0.01)  # the transport closes its socket on the next turn
+
+        asyncio.run_coroutine_threadsafe(go(), self._loop).result(10)
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        conn_id = self.opened
+        self.opened += 1
+        self.open_now += 1
+        self.peak_open = max(self.peak_open, self.open_now)
+        self._writers[conn_id] = writer
+        on_conn = 0
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                lines = head.decode("latin-1").split("\r\n")
+                method, path, _ = lines[0].split(" ", 2)
+                headers = {}
+                for line in lines[1:]:
+                    if ":" in line:
+                        k, v = line.split(":", 1)
+                        headers[k.strip().lower()] = v.strip()
+                if self.reset_after_head and self.reset_after_head(conn_id, on_conn):
+                    self.resets_after_head += 1
+                    _abort(writer)
+                    return
+                body = await reader.readexactly(int(headers.get("content-length", "0")))
+                ex = Exchange(
+                    conn_id, on_conn, len(self.exchanges), method, path, headers, body, writer
+                )
+                self.exchanges.append(ex)
+                on_conn += 1
+                keep = await self.script(ex)
+                await writer.drain()
+                if not keep:
+                    return
+        except (asyncio.IncompleteReadError, ConnectionError, asyncio.LimitOverrunError):
+            pass
+        finally:
+            self.open_now -= 1
+            self._writers.pop(conn_id, None)
+            if not writer.is_closing():
+                writer.close()

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from replay.driver.http import TRANSPORTS, http_transport_factory
+from replay.driver.http import DEFAULT_TRANSPORT, TRANSPORTS, http_transport_factory
 from replay.driver.http_common import (
     HttpOptions,
     PromptEncoder,
@@ -26,7 +26,7 @@ from replay.driver.records import read_jsonl
 from replay.driver.run import run_replay
 from replay.driver.transport import CompletionRequest
 from replay.errors import RequestFailed
-from tests.servers import FaultServer, free_port, make_trace
+from tests.servers import FaultServer, ScriptServer, free_port, make_trace, sse_body
 
 TRANSPORT_NAMES = sorted(TRANSPORTS)
 
@@ -309,3 +309,47 @@ def test_drift_above_10ms_warns_that_the_client_shaped_the_run(tmp_path, capsys)
     sends = sorted(r["t_send"] for r in read_jsonl(tmp_path / "calls.jsonl"))
     # deadlines 50 ms apart: the k-th send is never before k x 50 ms after the first
     assert all(t - sends[0] >= k * 0.05 - 1e-3 for k, t in enumerate(sends))
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        pytest.param(
+            "aiohttp",
+            marks=pytest.mark.xfail(
+                strict=True,
+                reason="aiohttp 3.14 reports the failed upload as ClientOSError(104), not the "
+                "'request body' error _StaleConnection looks for, so it never resends",
+            ),
+        ),
+        "raw",
+    ],
+)
+def test_request_cut_off_while_being_written_is_sent_once_more(name):
+    """The server resets the connection after the request's head, before its body: it cannot
+    have acted on the request, so the transport sends it again on a fresh connection, once.
+    (The body is larger than the loopback socket buffers, so it is still being written.)"""
+    n_tokens = 2_500_000
+
+    async def script(ex) -> bool:
+        payload = sse_body(n_tokens, 7)
+        ex.writer.write(
+            b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
+            b"content-length: %d\r\n\r\n%s" % (len(payload), payload)
+        )
+        return True
+
+    with ScriptServer(script, reset_after_head=lambda conn, n: conn == 0) as srv:
+        res = _complete(name, srv.url, _req(n=n_tokens), request_timeout_s=30)
+    assert res.prompt_tokens == n_tokens and res.completion_tokens == 7
+    assert res.extra.get("stale_connection_retries") == 1
+    assert srv.resets_after_head == 1 and srv.opened == 2
+    assert [e.conn_id for e in srv.exchanges] == [1]  # run once, on the second connection
+
+
+def test_cli_offers_exactly_the_registered_transports_and_default():
+    from replay.cli.run_cmd import command
+
+    (opt,) = [p for p in command.params if p.name == "transport_name"]
+    assert sorted(opt.type.choices) == TRANSPORT_NAMES
+    assert opt.default == DEFAULT_TRANSPORT

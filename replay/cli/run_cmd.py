@@ -49,10 +49,12 @@ from replay.sim.options import sim_options
 @click.option(
     "--transport",
     "transport_name",
-    type=click.Choice(["aiohttp", "httpx"]),
-    default="aiohttp",
+    # = replay.driver.http.TRANSPORTS / DEFAULT_TRANSPORT (not imported here: it loads aiohttp
+    # and httpx; tests/test_driver_http.py checks they agree)
+    type=click.Choice(["aiohttp", "httpx", "raw"]),
+    default="raw",
     show_default=True,
-    help="HTTP client library",
+    help="HTTP client (raw: asyncio + httptools, the least client CPU; docs/driver.md)",
 )
 @click.option(
     "--gap-scale", type=float, default=1.0, show_default=True, help="multiply recorded gaps"

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable
+import itertools
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -87,12 +88,15 @@ async def replay(
     sink: Sink | None = None,
     *,
     control: RunControl | None = None,
+    on_ready: Callable[[], None] | None = None,
 ) -> RunResult:
     """Replay `trace` through `transport` on the running loop; start and close the transport.
 
     Every finished call becomes a row (see docs/results.md) passed to `sink` as soon as it ends.
+    `on_ready()` is called once the transport has started and the slots' first prompts are
+    expanded, just before the run's clock starts (`run_replay` freezes the set-up out of the GC).
     """
-    pool = _Pool(trace, transport, options, sink)
+    pool = _Pool(trace, transport, options, sink, on_ready)
     if control is not None:
         control._pool = pool
         if control._pending:
@@ -184,9 +188,15 @@ def _wake(fut: asyncio.Future) -> None:
 
 class _Pool:
     def __init__(
-        self, trace: Trace, transport: Transport, options: RunOptions, sink: Sink | None
+        self,
+        trace: Trace,
+        transport: Transport,
+        options: RunOptions,
+        sink: Sink | None,
+        on_ready: Callable[[], None] | None = None,
     ) -> None:
         self.trace = trace
+        self.on_ready = on_ready
         self.transport = transport
         self.opt = options
         self.sink = sink
@@ -227,18 +237,27 @@ class _Pool:
             from replay.driver.progress import ProgressBar
 
             bar = ProgressBar(self.stats)
-        self.t0 = self.loop.time()
         helpers: list[asyncio.Task] = []
+        if self.open_loop:
+            if self.on_ready is not None:
+                self.on_ready()
+            self.t0 = self.loop.time()
+            self._spawn(self._dispatch_open_loop())
+        else:
+            root_ids = self.trace.root_task_ids
+            roots = iter(root_ids)
+            # Each slot's first prompt is expanded before the clock starts: done at t0, a
+            # thousand slots' worth (~50 us each) would hold back the first sends by tens of ms.
+            firsts = [self._prepare(next(roots)) for _ in range(min(self.opt.pool, len(root_ids)))]
+            if self.on_ready is not None:
+                self.on_ready()
+            self.t0 = self.loop.time()
+            for slot, first in enumerate(firsts):
+                self._spawn(self._slot(slot, first, roots))
         if not self.virtual:
             helpers.append(self.loop.create_task(self._probe_lag()))
         if bar is not None:
             helpers.append(self.loop.create_task(bar.run()))
-        if self.open_loop:
-            self._spawn(self._dispatch_open_loop())
-        else:
-            roots = iter(self.trace.root_task_ids)
-            for slot in range(min(self.opt.pool, len(self.trace.root_task_ids))):
-                self._spawn(self._slot(slot, roots))
         if not self._agents and not self._all_done.done():
             self._all_done.set_result(None)
         try:
@@ -338,22 +357,42 @@ class _Pool:
 
     # --- closed loop -----------------------------------------------------------------------
 
-    async def _slot(self, slot: int, roots) -> None:
+    def _prepare(self, task: str) -> tuple[str, Iterator[Step] | None]:
+        """`task` with its steps started (first prompt expanded), or None to start them later."""
+        steps = self.trace.steps(task)
+        try:
+            first = next(steps)
+        except Exception:  # noqa: BLE001 - raised again where the task runs, as an agent failure
+            return task, None
+        return task, itertools.chain((first,), steps)
+
+    async def _slot(
+        self, slot: int, first: tuple[str, Iterator[Step] | None], roots: Iterator[str]
+    ) -> None:
         base = self.t0
-        for task in roots:
-            base = await self._run_task(task, slot, base)
+        task, steps = first
+        while True:
+            base = await self._run_task(task, slot, base, steps)
             tail = self.trace.tasks[task][-1].tail_gap_s or 0.0
             base += tail * self.opt.gap_scale
             await _sleep_until(self.loop, base)
+            next_task = next(roots, None)
+            if next_task is None:
+                return
+            task, steps = next_task, None
 
-    async def _run_task(self, task: str, slot: int, base: float) -> float:
+    async def _run_task(
+        self, task: str, slot: int, base: float, steps: Iterator[Step] | None = None
+    ) -> float:
         """Run one task's calls in order from `base` (loop time its first dependency ended)."""
         calls = self.trace.tasks[task]
         dep_end = base
         prev: tuple[Call, float] | None = None  # previous call and its send time (timing=original)
         i = 0
+        if steps is None:
+            steps = self.trace.steps(task)
         try:
-            for i, step in enumerate(self.trace.steps(task)):  # noqa: B007 - i used after loop
+            for i, step in enumerate(steps):  # noqa: B007 - i used after loop
                 c = step.call
                 for ref in c.after:
                     dep_end = max(dep_end, await self._ends[ref])
