@@ -311,20 +311,7 @@ def test_drift_above_10ms_warns_that_the_client_shaped_the_run(tmp_path, capsys)
     assert all(t - sends[0] >= k * 0.05 - 1e-3 for k, t in enumerate(sends))
 
 
-@pytest.mark.parametrize(
-    "name",
-    [
-        pytest.param(
-            "aiohttp",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="aiohttp 3.14 reports the failed upload as ClientOSError(104), not the "
-                "'request body' error _StaleConnection looks for, so it never resends",
-            ),
-        ),
-        "raw",
-    ],
-)
+@pytest.mark.parametrize("name", ["aiohttp", "raw"])
 def test_request_cut_off_while_being_written_is_sent_once_more(name):
     """The server resets the connection after the request's head, before its body: it cannot
     have acted on the request, so the transport sends it again on a fresh connection, once.
@@ -345,6 +332,20 @@ def test_request_cut_off_while_being_written_is_sent_once_more(name):
     assert res.extra.get("stale_connection_retries") == 1
     assert srv.resets_after_head == 1 and srv.opened == 2
     assert [e.conn_id for e in srv.exchanges] == [1]  # run once, on the second connection
+
+
+@pytest.mark.parametrize("prompt_tokens", [50, 2_500_000])
+def test_aiohttp_does_not_resend_a_request_written_whole(prompt_tokens):
+    """The server read the whole request and closed without answering: it may have acted on it,
+    so no second send (the raw transport's twin is in test_driver_raw.py)."""
+
+    async def script(ex) -> bool:
+        return False
+
+    with ScriptServer(script) as srv, pytest.raises(RequestFailed) as e:
+        _complete("aiohttp", srv.url, _req(n=prompt_tokens), request_timeout_s=30)
+    assert e.value.kind == "connection"
+    assert len(srv.exchanges) == 1 and srv.opened == 1
 
 
 def test_cli_offers_exactly_the_registered_transports_and_default():

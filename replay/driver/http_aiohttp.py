@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
+from collections.abc import AsyncIterator
 
 import aiohttp
 
@@ -109,8 +110,10 @@ class AiohttpTransport:
         loop = asyncio.get_running_loop()
         acc = SseAccumulator()
         got_response = False
+        upload = _Upload(body)
+        headers = {**_HEADERS, "Content-Length": str(len(body))}
         try:
-            async with self._session.post(self._url, data=body, headers=_HEADERS) as resp:
+            async with self._session.post(self._url, data=upload.chunks(), headers=headers) as resp:
                 got_response = True
                 if resp.status >= 400:
                     raise http_status_error(resp.status, await resp.read())
@@ -135,11 +138,9 @@ class AiohttpTransport:
             ) from None
         except aiohttp.ClientPayloadError as e:
             raise RequestFailed("connection", f"response body cut off: {e}") from None
-        except aiohttp.ClientOSError as e:
-            if not got_response and "request body" in str(e):
+        except (aiohttp.ClientOSError, aiohttp.ServerDisconnectedError, ConnectionError) as e:
+            if not got_response and not upload.done:
                 raise _StaleConnection() from e
-            raise RequestFailed("connection", f"connection lost: {e!r}") from None
-        except (aiohttp.ServerDisconnectedError, ConnectionError) as e:
             raise RequestFailed("connection", f"connection lost: {e!r}") from None
         except aiohttp.ClientResponseError as e:
             raise RequestFailed("malformed", f"bad HTTP response: {e}") from None
@@ -148,4 +149,26 @@ class AiohttpTransport:
 
 
 class _StaleConnection(Exception):
-    """The request body could not be written: the server had closed the reused connection."""
+    """The connection died before the whole request body was written and before any response:
+    the server cannot have acted on a request it never read to the end."""
+
+
+class _Upload:
+    """The request body as an async iterable, so that the transport knows how far aiohttp got:
+    it asks for the next piece only after writing the previous one. The last byte goes out alone,
+    after `done` is set: while `done` is false the server cannot have read the whole request
+    (Content-Length framing), so it cannot have acted on it, and a resend is safe."""
+
+    _PIECE_BYTES = 1 << 20
+
+    def __init__(self, body: bytes) -> None:
+        self.body = body
+        self.done = False
+
+    async def chunks(self) -> AsyncIterator[memoryview]:
+        view = memoryview(self.body)
+        last = len(view) - 1
+        for i in range(0, last, self._PIECE_BYTES):
+            yield view[i : min(i + self._PIECE_BYTES, last)]
+        self.done = True
+        yield view[last:]
