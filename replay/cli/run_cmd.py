@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 import orjson
@@ -11,6 +11,9 @@ import orjson
 from replay.driver.options import ON_ERROR, TIMINGS, RunOptions
 from replay.errors import ConfigError
 from replay.sim.options import sim_options
+
+if TYPE_CHECKING:
+    from replay.trace.model import Trace
 
 
 @click.command(name="run")
@@ -193,7 +196,7 @@ def _run_http(trace, options, out_dir, url, engine_kind, served_model, transport
     return run_replay(trace, factory, options, out_dir, provenance=prov)
 
 
-def _run_sim(trace, options, out_dir, simopts):
+def _run_sim(trace: Trace, options: RunOptions, out_dir: str, simopts: dict[str, Any]) -> dict:
     from replay.driver.run import run_replay
     from replay.sim.options import SimConfig
     from replay.sim.transport import SimTransport
