@@ -38,7 +38,7 @@ def test_multi_agent_replay_lengths_and_cached_tokens_add_up(tmp_path):
         tmp_path / "server", tmp_path / "model", cache_ram_mib=CACHE_RAM_MIB
     ) as url:
         before = ADAPTER.map_counters(parse_metrics(httpx.get(url + "/metrics").text))
-        factory = http_transport_factory(url, trace, options, transport="httpx")
+        factory = http_transport_factory(url, trace, options)
         result = run_replay(trace, factory, options, tmp_path / "run", virtual=False)
         after = ADAPTER.map_counters(parse_metrics(httpx.get(url + "/metrics").text))
 
