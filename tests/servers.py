@@ -46,8 +46,59 @@ class Seen:
     t_done: float | None = None
 
 
+class _LoopThread:
+    """Serves `self._handle` on 127.0.0.1 from an asyncio loop in a daemon thread; subclasses
+    provide `_handle` and `_shutdown` (run on that loop before it stops)."""
+
+    _backlog = 256
+    _loop: asyncio.AbstractEventLoop | None
+    _server: asyncio.AbstractServer | None
+    _thread: threading.Thread | None
+    port: int
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def _start_thread(self, what: str) -> None:
+        ready = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(ready,), daemon=True)
+        self._thread.start()
+        if not ready.wait(10):
+            raise RuntimeError(f"{what} did not start")
+
+    def _stop_thread(self) -> None:
+        if self._loop is not None and self._thread is not None and self._thread.is_alive():
+            asyncio.run_coroutine_threadsafe(self._shutdown(), self._loop).result(10)
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(10)
+
+    def _on_loop(self) -> None:
+        """Called on the new loop before the server starts (loop-bound state goes here)."""
+
+    def _run(self, ready: threading.Event) -> None:
+        loop = self._loop = asyncio.new_event_loop()
+        self._on_loop()
+        port = getattr(self, "bind_port", 0)
+        self._server = loop.run_until_complete(
+            asyncio.start_server(self._handle, "127.0.0.1", port, backlog=self._backlog)
+        )
+        self.port = self._server.sockets[0].getsockname()[1]
+        ready.set()
+        try:
+            loop.run_forever()
+        finally:
+            loop.close()
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        raise NotImplementedError
+
+    async def _shutdown(self) -> None:
+        raise NotImplementedError
+
+
 @dataclass
-class FaultServer:
+class FaultServer(_LoopThread):
     """OpenAI-compatible test server; `faults[(user, n)]` names the fault of that request."""
 
     faults: dict[tuple[str, int], str] = field(default_factory=dict)
@@ -72,26 +123,16 @@ class FaultServer:
         self._counts: dict[str, int] = {}
         self.port = 0
 
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+    _backlog = 1024
 
     # --- lifecycle (called from the test thread) -------------------------------------------
 
     def start(self) -> FaultServer:
-        ready = threading.Event()
-        self._thread = threading.Thread(target=self._run, args=(ready,), daemon=True)
-        self._thread.start()
-        if not ready.wait(10):
-            raise RuntimeError("fault server did not start")
+        self._start_thread("fault server")
         return self
 
     def stop(self) -> None:
-        if self._loop is not None and self._thread is not None and self._thread.is_alive():
-            fut = asyncio.run_coroutine_threadsafe(self._shutdown(), self._loop)
-            fut.result(10)
-            self._loop.call_soon_threadsafe(self._loop.stop)
-            self._thread.join(10)
+        self._stop_thread()
 
     def __enter__(self) -> FaultServer:
         return self.start()
@@ -99,19 +140,8 @@ class FaultServer:
     def __exit__(self, *exc) -> None:
         self.stop()
 
-    def _run(self, ready: threading.Event) -> None:
-        loop = asyncio.new_event_loop()
-        self._loop = loop
+    def _on_loop(self) -> None:
         self._closing = asyncio.Event()
-        self._server = loop.run_until_complete(
-            asyncio.start_server(self._handle, "127.0.0.1", self.bind_port, backlog=1024)
-        )
-        self.port = self._server.sockets[0].getsockname()[1]
-        ready.set()
-        try:
-            loop.run_forever()
-        finally:
-            loop.close()
 
     def close_listener(self) -> None:
         """Stop accepting connections (later connects are refused); call on the server's loop."""
@@ -400,7 +430,7 @@ def sse_body(prompt_tokens: int, completion_tokens: int, text: str = "x") -> byt
     )
 
 
-class ScriptServer:
+class ScriptServer(_LoopThread):
     """HTTP/1.1 server on 127.0.0.1 port 0 (own thread and loop) whose answers are a script.
 
     `script(ex)` is a coroutine function on the server's loop: it writes whatever bytes it likes
@@ -425,35 +455,12 @@ class ScriptServer:
         self._thread: threading.Thread | None = None
         self.port = 0
 
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
     def __enter__(self) -> ScriptServer:
-        ready = threading.Event()
-        self._thread = threading.Thread(target=self._run, args=(ready,), daemon=True)
-        self._thread.start()
-        if not ready.wait(10):
-            raise RuntimeError("script server did not start")
+        self._start_thread("script server")
         return self
 
     def __exit__(self, *exc) -> None:
-        if self._loop is not None and self._thread is not None and self._thread.is_alive():
-            asyncio.run_coroutine_threadsafe(self._shutdown(), self._loop).result(10)
-            self._loop.call_soon_threadsafe(self._loop.stop)
-            self._thread.join(10)
-
-    def _run(self, ready: threading.Event) -> None:
-        loop = self._loop = asyncio.new_event_loop()
-        self._server = loop.run_until_complete(
-            asyncio.start_server(self._handle, "127.0.0.1", 0, backlog=256)
-        )
-        self.port = self._server.sockets[0].getsockname()[1]
-        ready.set()
-        try:
-            loop.run_forever()
-        finally:
-            loop.close()
+        self._stop_thread()
 
     async def _shutdown(self) -> None:
         if self._server is not None:
