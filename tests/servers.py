@@ -46,6 +46,19 @@ class Seen:
     t_done: float | None = None
 
 
+async def _read_head(reader: asyncio.StreamReader) -> tuple[str, str, dict[str, str]]:
+    """A request's method, path and headers (names lower-cased)."""
+    head = await reader.readuntil(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    method, path, _ = lines[0].split(" ", 2)
+    headers = {}
+    for line in lines[1:]:
+        if ":" in line:
+            k, v = line.split(":", 1)
+            headers[k.strip().lower()] = v.strip()
+    return method, path, headers
+
+
 class _LoopThread:
     """Serves `self._handle` on 127.0.0.1 from an asyncio loop in a daemon thread; subclasses
     provide `_handle` and `_shutdown` (run on that loop before it stops)."""
@@ -169,14 +182,7 @@ class FaultServer(_LoopThread):
         self._handlers.add(asyncio.current_task())  # type: ignore[arg-type]
         try:
             while True:
-                head = await reader.readuntil(b"\r\n\r\n")
-                lines = head.decode("latin-1").split("\r\n")
-                method, path, _ = lines[0].split(" ", 2)
-                headers = {}
-                for line in lines[1:]:
-                    if ":" in line:
-                        k, v = line.split(":", 1)
-                        headers[k.strip().lower()] = v.strip()
+                method, path, headers = await _read_head(reader)
                 body = await reader.readexactly(int(headers.get("content-length", "0")))
                 if not await self._respond(method, path, body, writer):
                     return
@@ -497,14 +503,7 @@ class ScriptServer(_LoopThread):
         on_conn = 0
         try:
             while True:
-                head = await reader.readuntil(b"\r\n\r\n")
-                lines = head.decode("latin-1").split("\r\n")
-                method, path, _ = lines[0].split(" ", 2)
-                headers = {}
-                for line in lines[1:]:
-                    if ":" in line:
-                        k, v = line.split(":", 1)
-                        headers[k.strip().lower()] = v.strip()
+                method, path, headers = await _read_head(reader)
                 if self.reset_after_head and self.reset_after_head(conn_id, on_conn):
                     self.resets_after_head += 1
                     _abort(writer)
