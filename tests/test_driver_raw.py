@@ -160,6 +160,31 @@ def test_pool_never_opens_more_than_limit_connections(prewarm):
     assert sum(e.method == "POST" for e in srv.exchanges) == 24
 
 
+def test_keep_alive_age_counts_from_the_answer_not_from_the_return_to_the_pool(monkeypatch):
+    """Prewarm holds every connection until all have answered. One the server answered at once,
+    then held past the keep-alive limit while another was slow, is as old as the server sees
+    it (the server may be closing it right now): it is closed, never reused."""
+    monkeypatch.setattr("replay.driver.http_raw.KEEPALIVE_S", 0.5)
+
+    async def script(ex) -> bool:
+        if ex.method == "GET" and ex.conn_id == 1:
+            await asyncio.sleep(1.0)  # the slow one: answered after the other aged out
+        if ex.method == "POST":
+            ex.writer.write(_response("length", sse_body(50, 3)))
+        else:
+            ex.writer.write(_response("length", b'{"data": []}', ctype=b"application/json"))
+        return True
+
+    async def body(t):  # two at once: both connections are wanted
+        return await asyncio.gather(t.complete(_req(0, "a")), t.complete(_req(0, "b")))
+
+    with ScriptServer(script) as srv:
+        results = asyncio.run(_with(srv.url, body, limit=2, prewarm_connections=2))
+    assert [r.completion_tokens for r in results] == [3, 3]
+    posts = sorted(e.conn_id for e in srv.exchanges if e.method == "POST")
+    assert posts == [1, 2]  # the young one and a fresh one; the old one never
+
+
 def test_waiting_for_a_free_connection_ends_at_the_request_deadline():
     async def script(ex) -> bool:
         return True

@@ -172,6 +172,10 @@ class _Connection(asyncio.Protocol):
 
     def on_message_complete(self) -> None:
         self._complete = True
+        # The server's keep-alive clock starts when it has sent the response, not when the pool
+        # gets the connection back: a caller that holds a connection after its answer (prewarm
+        # waits for all of its connections) must not make it look younger than the server sees.
+        self.idle_since_s = self.pool.loop.time()
         self._keep_alive = self._keep_alive and self._parser.should_keep_alive()  # type: ignore[union-attr]
         fut = self._fut
         if fut is None or fut.done():
@@ -411,15 +415,16 @@ class RawConnectionPool:
 
     def release(self, conn: _Connection) -> None:
         """Hand a finished connection to the next waiter, keep it idle, or close it."""
-        if not conn.reusable or self.closed:
-            conn.abort()
+        now = self.loop.time()
+        # too old: answered long ago and held by its caller since (the server may be closing it)
+        if not conn.reusable or self.closed or now - conn.idle_since_s > KEEPALIVE_S:
+            conn.abort()  # connection_lost passes the free slot to a waiter
             return
         while self._waiters:
             fut = self._waiters.popleft()
             if not fut.done():
                 fut.set_result(conn)
                 return
-        now = conn.idle_since_s = self.loop.time()
         idle = self._idle
         conn.in_idle = True
         idle.append(conn)
