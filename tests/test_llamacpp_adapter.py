@@ -53,7 +53,19 @@ def test_launch_wheel_runner_with_ready_file():
     assert argv[argv.index("--cache-ram-mib") + 1] == "16"
     assert argv[argv.index("--slots") + 1] == "3"
     assert argv[argv.index("--model") + 1] == "tiny"
+    assert argv[argv.index("--http-threads") + 1] == "64"  # one per held connection (docstring)
     assert spec.ready_file_flag == "--ready-file"
+
+
+def test_binary_argv_carries_the_http_threads():
+    from replay.engines.llamacpp_runner import build_parser, server_bin_argv
+
+    spec = launch({"server_bin": "/opt/llama-server", "http_threads": 96}, "h", 9)
+    args = build_parser().parse_args(spec.argv[3:])
+    argv = server_bin_argv(args, "/m.gguf")
+    assert argv[argv.index("--threads-http") + 1] == "96"
+    with pytest.raises(ConfigError, match="engine.http_threads"):
+        launch({"http_threads": 0}, "h", 9)
 
 
 def test_launch_binary_gets_its_port_and_extra_args():

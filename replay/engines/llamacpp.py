@@ -18,7 +18,14 @@ Host writes and evictions are only logged, never counted: None as well.
 Options (TOML `[engine]`): model ("tiny" = the project's tiny GGUF, written on first use, or a
 GGUF path), server_bin (a `llama-server` binary; default: the xllamacpp wheel via
 `replay.engines.llamacpp_runner`), python, slots, ctx_tokens, cache_ram_mib (or host_tier_gib),
-threads, batch_tokens, vocab, model_dir, extra_args (binary mode), env, ready_timeout_s.
+threads, http_threads, batch_tokens, vocab, model_dir, extra_args (binary mode), env,
+ready_timeout_s.
+
+HTTP threads: llama-server serves each open keep-alive connection on one thread until it has
+been idle for 5 s. Its default (slots + 4 fixed threads, more spawned on demand) once left a
+seventh connection unanswered for 5.1 s; a replay holds one connection per agent and a sweep adds
+its scraper, so `http_threads` (default 64, `--threads-http`) starts enough fixed threads. Raise it
+for pools near 60 (docs/llamacpp.md).
 """
 
 from __future__ import annotations
@@ -53,6 +60,7 @@ LLAMACPP_OPTIONS = LAUNCH_OPTIONS | {
     "cache_ram_mib",
     "host_tier_gib",
     "threads",
+    "http_threads",
     "batch_tokens",
     "vocab",
     "model_dir",
@@ -107,12 +115,27 @@ def cache_ram_mib(options: Mapping[str, Any]) -> int:
     return int(round(float(gib) * 1024))
 
 
-_DEFAULTS = {"slots": 2, "ctx_tokens": 16384, "threads": 1, "batch_tokens": 2048, "vocab": 8192}
-_MINIMA = {"slots": 1, "ctx_tokens": 64, "threads": 1, "batch_tokens": 1, "vocab": 512}
+_DEFAULTS = {
+    "slots": 2,
+    "ctx_tokens": 16384,
+    "threads": 1,
+    "http_threads": 64,
+    "batch_tokens": 2048,
+    "vocab": 8192,
+}
+_MINIMA = {
+    "slots": 1,
+    "ctx_tokens": 64,
+    "threads": 1,
+    "http_threads": 1,
+    "batch_tokens": 1,
+    "vocab": 512,
+}
 _RUNNER_FLAGS = {
     "slots": "--slots",
     "ctx_tokens": "--ctx-tokens",
     "threads": "--threads",
+    "http_threads": "--http-threads",
     "batch_tokens": "--batch-tokens",
     "vocab": "--vocab",
 }

@@ -49,6 +49,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--cache-ram-mib", type=int, default=0, help="host prompt cache (--cache-ram); 0 = off"
     )
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument(
+        "--http-threads",
+        type=int,
+        default=64,
+        help="HTTP server threads (--threads-http): one per open keep-alive connection",
+    )
     p.add_argument("--batch-tokens", type=int, default=2048, help="logical batch (-b)")
     p.add_argument("--server-bin", default=None, help="exec this llama-server instead of the wheel")
     p.add_argument("--ready-file", default=None, help="write the bound port here once healthy")
@@ -92,6 +98,8 @@ def server_bin_argv(args: argparse.Namespace, model_path: str) -> list[str]:
         str(args.threads),
         "-b",
         str(args.batch_tokens),
+        "--threads-http",
+        str(args.http_threads),
         "--metrics",
         "--slots",
         "--no-webui",
@@ -143,6 +151,7 @@ def _run_wheel(args: argparse.Namespace, model_path: str) -> int:
     params.endpoint_slots = True
     params.cpuparams.n_threads = args.threads
     params.cpuparams_batch.n_threads = args.threads
+    params.n_threads_http = args.http_threads
     stop = threading.Event()
 
     def on_signal(signum: int, frame: object) -> None:

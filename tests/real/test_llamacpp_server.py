@@ -136,6 +136,28 @@ def test_issue_experiment_prompt_a_after_six_others(tmp_path, model_dir, cache_r
     assert again["timings"]["cache_n"] == expected
 
 
+def test_twelve_open_keep_alive_connections_are_all_served_at_once(tmp_path, model_dir):
+    """llama-server serves each open keep-alive connection on one HTTP thread until it idles 5 s;
+    past its own default (slots + 4 fixed threads) a new connection may wait for one of those
+    5 s closes (measured: the 7th answered after 5.1 s, the first six then closed). A replay holds
+    one connection per agent plus the sweep's scraper, so the adapter starts 64 threads: twelve
+    connections held open, three rounds of requests, every answer within a second."""
+    import socket
+
+    with llamacpp_server(tmp_path, model_dir) as url:
+        host, port = url.rsplit("/", 1)[-1].rsplit(":", 1)
+        socks = [socket.create_connection((host, int(port)), timeout=1.0) for _ in range(12)]
+        try:
+            for _ in range(3):
+                for i, s in enumerate(socks):  # all stay open: each holds its server thread
+                    s.sendall(f"GET /health HTTP/1.1\r\nHost: {host}\r\n\r\n".encode())
+                    head = s.recv(4096)
+                    assert head.startswith(b"HTTP/1.1 200"), (i, head[:80])
+        finally:
+            for s in socks:
+                s.close()
+
+
 def test_tiny_gguf_is_what_the_model_assumes(model_dir):
     """The written file has the shape the byte accounting assumes (2 x 2 layers x 256 x 2 bytes of
     KV a token) and a full vocab, so every trace id below VOCAB is valid."""
