@@ -232,6 +232,13 @@ def test_run_records_faults_and_goes_on(name, tmp_path):
     run = orjson.loads((tmp_path / "run.json").read_bytes())
     assert run["status"] == "errors" and run["provenance"]["url"] == srv.url
     assert run["summary"]["calls"] == 12 and run["provenance"]["ended_at"]
+    # the reason names the failed calls by kind and quotes the first one
+    assert run["reason"] == summary["reason"]
+    assert run["reason"].startswith(
+        "3 of 12 calls failed (connection x1, http_5xx x1, malformed x1)"
+    )
+    first = df[df["status"] != "ok"].sort_values("t_end").iloc[0]
+    assert f"first: {first['task']} call {first['call']}: {first['error']}" in run["reason"]
 
 
 def test_abort_task_stops_the_task_after_a_fault(tmp_path):

@@ -172,13 +172,29 @@ def _run(
             "raw, or a less busy machine)"
         )
     summary["warnings"] = warnings
-    doc.update(status=result.status, reason=result.reason, summary=summary)
+    reason = result.reason
+    if reason is None and result.status == "errors":
+        reason = _errors_reason(rows)
+    doc.update(status=result.status, reason=reason, summary=summary)
     if counters is not None:
         write_json_atomic(out / "counters.json", counters)
     write_json_atomic(out / "run.json", doc)
     for w in warnings:
         print(f"replay: warning: {w}", file=sys.stderr)
-    return dict(summary, status=result.status, reason=result.reason)
+    return dict(summary, status=result.status, reason=reason)
+
+
+def _errors_reason(rows: list[dict]) -> str:
+    """Why a run ended `errors`, in one line: failed calls by kind, and the first one's message
+    (a sweep's table and a test's assertion then say what went wrong without opening files)."""
+    failed = [r for r in rows if r.get("status") != "ok"]
+    kinds: dict[str, int] = {}
+    for r in failed:
+        kinds[str(r.get("error_kind"))] = kinds.get(str(r.get("error_kind")), 0) + 1
+    by_kind = ", ".join(f"{k} x{n}" for k, n in sorted(kinds.items()))
+    first = min(failed, key=lambda r: r.get("t_end") or 0.0, default=None)
+    where = f"; first: {first['task']} call {first['call']}: {first.get('error')}" if first else ""
+    return f"{len(failed)} of {len(rows)} calls failed ({by_kind}){where}"
 
 
 async def _main(

@@ -90,6 +90,18 @@ def read_calls(run_dir: Path) -> pd.DataFrame:
     return pd.read_parquet(run_dir / "calls.parquet")
 
 
+def failed_calls(calls: pd.DataFrame, server_log: Path, tail_lines: int = 30) -> str:
+    """What a failed run's calls and server said, for an assertion message: a test that only
+    says `'errors' != 'ok'` leaves a CI failure unexplained."""
+    bad = calls[calls["status"] != "ok"]
+    cols = [c for c in ("task", "call", "status", "error_kind", "error") if c in bad.columns]
+    log = server_log.read_text(errors="replace").splitlines() if server_log.exists() else []
+    return (
+        f"{len(bad)} of {len(calls)} calls failed:\n{bad[cols].to_string(index=False)}\n"
+        f"server log tail:\n" + "\n".join(log[-tail_lines:])
+    )
+
+
 def observed_events(calls: pd.DataFrame) -> list[tuple[tuple[str, int], float, float]]:
     """(call ref, send time, end time) of every call of a run, for `simulate_timed`."""
     return [

@@ -20,6 +20,7 @@ from tests.real.conftest_llamacpp import (
     BYTES_PER_TOKEN,
     OVERHEAD_BYTES,
     chain_trace,
+    failed_calls,
     llamacpp_server,
     observed_events,
     read_calls,
@@ -42,8 +43,8 @@ def test_multi_agent_replay_lengths_and_cached_tokens_add_up(tmp_path):
         result = run_replay(trace, factory, options, tmp_path / "run", virtual=False)
         after = ADAPTER.map_counters(parse_metrics(httpx.get(url + "/metrics").text))
 
-    assert result["status"] == "ok", result.get("reason")
     calls = read_calls(tmp_path / "run")
+    assert result["status"] == "ok", failed_calls(calls, tmp_path / "server" / "server.log")
     assert len(calls) == len(trace) and (calls["status"] == "ok").all()
     # lengths verified per call (strict mode would have failed the run otherwise)
     assert (calls["prompt_tokens_reported"] == calls["prompt_tokens"]).all()
