@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from replay.errors import ConfigError
@@ -282,15 +282,23 @@ prompt_lists = st.lists(
 
 @settings(max_examples=150, deadline=None)
 @given(prompt_lists, st.integers(1, 3), st.integers(1, 120))
+@example(  # found by CI: the cache exactly full (82 of 82 tokens), then a RAM entry reused
+    spec=[(1, 1, 2), (0, 1, 3), (0, 1, 3), (0, 3, 4), (1, 30, 4), (0, 3, 4), (2, 26, 4), (0, 1, 1),
+          (1, 2, 1)],
+    slots=2,
+    limit_tokens=82,
+)  # fmt: skip
 def test_cache_matches_brute_force_rules(spec, slots, limit_tokens):
     prompts = []
     for fam, n, _ in spec:
         base = np.arange(100 * fam, 100 * fam + 30, dtype=np.int64)
         prompts.append(base[:n])
     outs = [o for _, _, o in spec]
-    expected = brute_force(prompts, outs, slots, limit_tokens)
+    # whole bytes per token, so that "n tokens fit" is exact integer arithmetic on both sides
+    bytes_per_token = MIB // limit_tokens
+    expected = brute_force(prompts, outs, slots, MIB // bytes_per_token)
     cache = WholePromptCache(
-        WholePromptConfig(slots=slots, cache_ram_mib=1, bytes_per_token=MIB / limit_tokens)
+        WholePromptConfig(slots=slots, cache_ram_mib=1, bytes_per_token=bytes_per_token)
     )
     got = []
     for t, (p, o) in enumerate(zip(prompts, outs, strict=True)):

@@ -168,14 +168,16 @@ class WholePromptCache:
         self.config = config
         self.slots = [_Slot(i) for i in range(config.slots)]
         self.entries: deque[_Seq] = deque()
-        self._bytes = 0.0
+        self._bytes = 0
         self._gen_ids = itertools.count(1)
         self.totals = Totals()
 
     # --- RAM list -------------------------------------------------------------------------
 
-    def _size(self, seq: _Seq) -> float:
-        return len(seq) * self.config.bytes_per_token + self.config.entry_overhead_bytes
+    def _size(self, seq: _Seq) -> int:
+        # Whole bytes, as the server sizes a saved state; the running total then stays exact over
+        # any number of saves and evictions, where a float sum drifts by ulps.
+        return round(len(seq) * self.config.bytes_per_token + self.config.entry_overhead_bytes)
 
     def _pop_oldest(self) -> None:
         old = self.entries.popleft()
@@ -187,7 +189,7 @@ class WholePromptCache:
         self._bytes -= self._size(seq)
 
     @property
-    def cache_bytes(self) -> float:
+    def cache_bytes(self) -> int:
         return self._bytes
 
     def _save(self, seq: _Seq | None) -> bool:
