@@ -128,6 +128,21 @@ def test_round_trip_is_exact(tmp_path: Path, trace: Trace, gz: bool) -> None:
             assert len(x.prompt) == x.call.prompt_len
 
 
+@settings(max_examples=100, deadline=None)
+@given(trace=traces())
+def test_expanded_id_prompts_are_the_kept_context_plus_the_appended_ids(trace: Trace) -> None:
+    """`steps` builds each prompt in one copy; the plain definition builds the whole context
+    (previous prompt + its output ids) first and keeps a prefix of it."""
+    if trace.header.tokens != "ids":
+        return
+    for task in trace.task_ids:
+        ctx = np.empty(0, np.int32)
+        for step in trace.steps(task):
+            want = np.concatenate([ctx[: step.call.keep], step.call.append])
+            assert step.prompt.dtype == np.int32 and np.array_equal(step.prompt, want)
+            ctx = np.concatenate([want, trace.output_ids(step.call)])
+
+
 def test_gzip_detected_by_content_and_written_by_name(tmp_path: Path) -> None:
     trace = Trace(TraceHeader(), [Call("a", 0, 0.0, 0, np.array([1, 2], np.int32), 2, 1)])
     gz = tmp_path / "t.jsonl.gz"

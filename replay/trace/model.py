@@ -135,8 +135,11 @@ class Trace:
         prev_blocks = np.empty(0, np.int64)
         for c in self.tasks[task]:
             if h.tokens == "ids":
-                ctx = np.concatenate([prev_prompt, prev_out]) if len(prev_out) else prev_prompt
-                prompt = np.concatenate([ctx[: c.keep], c.append.astype(np.int32, copy=False)])
+                # the kept prefix of (previous prompt + its output) and the appended ids, in one
+                # copy: building the context first would copy a 100K-token prompt twice a call
+                kept_out = max(0, c.keep - len(prev_prompt))
+                appended = c.append.astype(np.int32, copy=False)
+                prompt = np.concatenate([prev_prompt[: c.keep], prev_out[:kept_out], appended])
             else:
                 bs = int(h.block_size or 0)
                 blocks = np.concatenate([prev_blocks[: c.keep], c.append])
