@@ -282,7 +282,7 @@ prompt_lists = st.lists(
 
 @settings(max_examples=150, deadline=None)
 @given(prompt_lists, st.integers(1, 3), st.integers(1, 120))
-@example(  # found by CI: the cache exactly full (82 of 82 tokens), then a RAM entry reused
+@example(  # found by `make test`: the cache exactly full (82 of 82 tokens), then an entry reused
     spec=[(1, 1, 2), (0, 1, 3), (0, 1, 3), (0, 3, 4), (1, 30, 4), (0, 3, 4), (2, 26, 4), (0, 1, 1),
           (1, 2, 1)],
     slots=2,

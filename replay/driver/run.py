@@ -174,7 +174,7 @@ def _run(
     summary["warnings"] = warnings
     reason = result.reason
     if reason is None and result.status == "errors":
-        reason = _errors_reason(rows)
+        reason = _errors_reason(rows, summary)
     doc.update(status=result.status, reason=reason, summary=summary)
     if counters is not None:
         write_json_atomic(out / "counters.json", counters)
@@ -184,17 +184,15 @@ def _run(
     return dict(summary, status=result.status, reason=reason)
 
 
-def _errors_reason(rows: list[dict]) -> str:
-    """Why a run ended `errors`, in one line: failed calls by kind, and the first one's message
-    (a sweep's table and a test's assertion then say what went wrong without opening files)."""
-    failed = [r for r in rows if r.get("status") != "ok"]
-    kinds: dict[str, int] = {}
-    for r in failed:
-        kinds[str(r.get("error_kind"))] = kinds.get(str(r.get("error_kind")), 0) + 1
-    by_kind = ", ".join(f"{k} x{n}" for k, n in sorted(kinds.items()))
-    first = min(failed, key=lambda r: r.get("t_end") or 0.0, default=None)
-    where = f"; first: {first['task']} call {first['call']}: {first.get('error')}" if first else ""
-    return f"{len(failed)} of {len(rows)} calls failed ({by_kind}){where}"
+def _errors_reason(rows: list[dict], summary: dict) -> str:
+    """Why a run ended `errors`, in one line: failed calls by kind (the summary's `error_kinds`),
+    and the first one's message (a sweep's table and a test's assertion then say what went
+    wrong without opening files)."""
+    by_kind = ", ".join(f"{k} x{n}" for k, n in sorted(summary["error_kinds"].items()))
+    failed = (r for r in rows if r["status"] != "ok")
+    first = min(failed, key=lambda r: r["t_end"], default=None)
+    where = f"; first: {first['task']} call {first['call']}: {first['error']}" if first else ""
+    return f"{summary['errors']} of {summary['calls']} calls failed ({by_kind}){where}"
 
 
 async def _main(

@@ -6,6 +6,7 @@ Marker `llamacpp`: deselected by `make test`, run by `make test-llamacpp`.
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 
 import httpx
@@ -142,8 +143,6 @@ def test_twelve_open_keep_alive_connections_are_all_served_at_once(tmp_path, mod
     5 s closes (measured: the 7th answered after 5.1 s, the first six then closed). A replay holds
     one connection per agent plus the sweep's scraper, so the adapter starts 64 threads: twelve
     connections held open, three rounds of requests, every answer within a second."""
-    import socket
-
     with llamacpp_server(tmp_path, model_dir) as url:
         host, port = url.rsplit("/", 1)[-1].rsplit(":", 1)
         socks = [socket.create_connection((host, int(port)), timeout=1.0) for _ in range(12)]
