@@ -111,7 +111,9 @@ def is_finished(run_dir: Path, *, keep_all_failed: bool = False) -> bool:
         return False
     if keep_all_failed or run.get("status") != "errors":
         return True
-    summary = run.get("summary") if isinstance(run.get("summary"), dict) else {}
+    summary = run.get("summary")
+    if not isinstance(summary, dict):
+        return True
     calls, errors = summary.get("calls"), summary.get("errors")
     return not (isinstance(calls, int) and isinstance(errors, int) and errors >= calls > 0)
 
