@@ -240,6 +240,7 @@ def load_results(results_dir: str | Path) -> Results:
             )
         runs = table
         notes.append("runs read from the summary table (no run directories)")
+        planned = ()  # no run directories to tell started runs from the rest
         params = _matrix_from_summary(runs)
     experiment = _experiment_name(root, runs)
     runs["experiment"] = experiment
