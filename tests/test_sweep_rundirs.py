@@ -256,3 +256,17 @@ def test_the_report_counts_planned_runs_that_never_started(tmp_path):
     assert [o.status for o in complete.outcomes].count("ok") == 1
     text, _ = build_report(load_results(result.exp_dir), tmp_path / "report", figures=False)
     assert "never started" not in text
+
+
+def test_a_full_disk_during_a_run_stops_the_sweep_with_one_line(tmp_path, capsys, monkeypatch):
+    exp = sim_experiment(tmp_path)
+    results = tmp_path / "results"
+
+    def full(rows, path):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr("replay.driver.run.write_parquet", full)  # the driver's write seam
+    code, out, err = run_cli(["sweep", exp.source, "--results", str(results)], capsys)
+    assert code == 1 and err.count("\n") == 1 and "disk full" in err, err
+    assert "Traceback" not in err and out == ""  # stopped at the first run, not after each
+    assert len(pd.read_parquet(results / "d" / "summary.parquet")) == 1
