@@ -489,6 +489,12 @@ def _failures(a: _Analysis) -> list[str]:
     return lines + _md_table(["point", "repeat", "status", "calls done", "why"], rows)
 
 
+def _not_started_line(missing: int, planned: int) -> list[str]:
+    if not missing:
+        return []
+    return [f"**{missing} of {planned} planned runs never started** (rerun the sweep).", ""]
+
+
 def _provenance(a: _Analysis) -> list[str]:
     runs = a.runs
     rows = []
@@ -539,6 +545,7 @@ def build_report(
         "## Runs",
         "",
         *_failures(a),
+        *_not_started_line(len(results.not_started), len(results.planned)),
         "## What is real",
         "",
         *_what_is_real(a),

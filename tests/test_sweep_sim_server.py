@@ -1,7 +1,8 @@
 """Sweeps through real subprocesses and loopback HTTP: the simulator's server per run.
 
 Covers the issue's acceptance tests: 3 tier sizes x 2 repeats end to end; a server killed mid-run
-(run marked failed, sweep goes on, no process left, checked by PID); Ctrl-C then resume.
+(run marked failed, sweep goes on, no process left, checked by PID); Ctrl-C then resume; a
+server orphaned by a SIGKILLed sweep, stopped by the next sweep.
 """
 
 from __future__ import annotations
@@ -229,3 +230,40 @@ def test_a_run_past_its_time_limit_fails_and_the_server_is_stopped(tmp_path):
     assert o.status == "failed" and "timeouts.run_s" in o.reason
     doc = run_json(result.exp_dir / o.rel_dir)
     assert doc["status"] == "failed" and not pid_running(doc["server"]["pid"])
+
+
+@pytest.mark.slow
+def test_a_server_left_by_a_sigkilled_sweep_is_stopped_by_the_next(tmp_path):
+    exp = make(tmp_path, name="z", repeats=1, tiers="[1]", gap_scale=0.2, calls=8)
+    results = tmp_path / "results"
+    cmd = [sys.executable, "-m", "replay.cli.main", "sweep", exp.source, "--results", str(results)]
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    servers: list[int] = []
+    try:
+        deadline = time.monotonic() + 90
+        while not servers and time.monotonic() < deadline:
+            if list(results.glob("z/*/r0/metrics.jsonl")):  # the replay runs
+                servers = sim_servers_of(proc.pid)
+            time.sleep(0.05)
+        proc.kill()  # SIGKILL: the sweep's finally blocks never run
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert servers, "no server seen"
+    try:
+        time.sleep(0.5)
+        assert all(pid_running(p) for p in servers)  # orphaned, still serving
+        (record,) = results.glob("z/*/r0/server.json")
+        assert orjson.loads(record.read_bytes())["pgid"] == servers[0]
+        lines: list[str] = []
+        again = run_sweep(exp, results_root=results, echo=lines.append)
+        assert not any(pid_running(p) for p in servers)
+    finally:
+        for pid in servers:  # whatever happened above, leave no orphan behind
+            if pid_running(pid):
+                os.killpg(pid, signal.SIGKILL)
+    assert f"stopped server process group {servers[0]}" in lines[0]
+    assert [o.status for o in again.outcomes] == ["ok"]
+    assert not list(results.glob("z/*/r0/server.json"))  # stopped cleanly: record removed

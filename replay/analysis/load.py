@@ -51,6 +51,13 @@ class Results:
     predictions: Any | None = None  # predictions.json as parsed, or None
     experiment_toml: str | None = None
     notes: tuple[str, ...] = field(default_factory=tuple)  # what the loader had to skip or guess
+    planned: tuple[str, ...] = ()  # every planned `<point>/<repeat>` (plan.json); () if unknown
+
+    @property
+    def not_started(self) -> list[str]:
+        """Planned runs with no run directory: a sweep stopped (or still running) before them."""
+        have = {f"{p}/{r}" for p, r in zip(self.runs["point"], self.runs["repeat"], strict=True)}
+        return [rel for rel in self.planned if rel not in have]
 
     def ok_runs(self, statuses: Iterable[str] = RUN_STATUSES_OK) -> pd.DataFrame:
         return self.runs[self.runs["status"].isin(tuple(statuses))]
@@ -206,6 +213,10 @@ def load_results(results_dir: str | Path) -> Results:
     predictions, err = _read_json(root / "predictions.json")
     if err:
         notes.append(err)
+    plan, err = _read_json(root / "plan.json")  # written by the sweep before its first run
+    if err:
+        notes.append(err)
+    planned = tuple(str(r) for r in _dict(plan).get("runs") or () if isinstance(r, str))
     toml_path = root / "experiment.toml"
     experiment_toml = toml_path.read_text(errors="replace") if toml_path.is_file() else None
 
@@ -229,6 +240,7 @@ def load_results(results_dir: str | Path) -> Results:
             )
         runs = table
         notes.append("runs read from the summary table (no run directories)")
+        planned = ()  # no run directories to tell started runs from the rest
         params = _matrix_from_summary(runs)
     experiment = _experiment_name(root, runs)
     runs["experiment"] = experiment
@@ -244,6 +256,7 @@ def load_results(results_dir: str | Path) -> Results:
         predictions=predictions,
         experiment_toml=experiment_toml,
         notes=tuple(notes),
+        planned=planned,
     )
 
 

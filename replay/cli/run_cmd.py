@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -30,7 +31,12 @@ if TYPE_CHECKING:
     "out_dir",
     required=True,
     type=click.Path(file_okay=False),
-    help="run directory to write",
+    help="run directory to write (must be empty or new)",
+)
+@click.option(
+    "--force",
+    is_flag=True,
+    help="clear a non-empty --out that holds an earlier run's files instead of refusing it",
 )
 @click.option("--url", default=None, help="OpenAI-compatible server, e.g. http://127.0.0.1:8000")
 @click.option(
@@ -114,6 +120,7 @@ def command(
     trace_path: str,
     pool: int,
     out_dir: str,
+    force: bool,
     url: str | None,
     engine_kind: str,
     engine: str | None,
@@ -141,6 +148,7 @@ def command(
     from replay.driver.progress import progress_wanted
     from replay.driver.run import exit_code
     from replay.engines.registry import get_engine
+    from replay.sweep.results import prepare_out_dir
     from replay.trace.io import read_trace
 
     if (url is None) == (engine is None):
@@ -174,6 +182,8 @@ def command(
         request_extras=adapter.request_extras,
     )
     trace = read_trace(trace_path)
+    # An earlier run's files left beside this one's would be reported as this run's.
+    prepare_out_dir(Path(out_dir), force=force)
     if engine == "sim":
         summary = _run_sim(trace, options, out_dir, simopts)
     else:

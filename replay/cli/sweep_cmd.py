@@ -21,8 +21,18 @@ from replay.sweep.config import load_experiment
     help="run order: seeded interleaved random (default from the file) or sequential",
 )
 @click.option("--results", "results_root", default=None, help="results root (default: results/)")
+@click.option(
+    "--keep-all-failed",
+    is_flag=True,
+    help="on resume, skip runs in which every call failed (default: run them again)",
+)
 def command(
-    experiment_file: str, force: bool, dry_run: bool, order: str | None, results_root: str | None
+    experiment_file: str,
+    force: bool,
+    dry_run: bool,
+    order: str | None,
+    results_root: str | None,
+    keep_all_failed: bool,
 ) -> None:
     """Run EXPERIMENT_FILE (TOML): one server per run, counters, resumable results."""
     exp = load_experiment(experiment_file)
@@ -34,7 +44,12 @@ def command(
     from replay.sweep.runner import run_sweep
 
     result = run_sweep(
-        exp, force=force, order=order, results_root=results_root, echo=lambda s: click.echo(s)
+        exp,
+        force=force,
+        order=order,
+        results_root=results_root,
+        echo=lambda s: click.echo(s),
+        keep_all_failed=keep_all_failed,
     )
     counts: dict[str, int] = {}
     for o in result.outcomes:

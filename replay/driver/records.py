@@ -28,6 +28,7 @@ __all__ = [
     "summarize",
     "percentile",
     "write_json_atomic",
+    "chmod_by_umask",
 ]
 
 CALL_SCHEMA = pa.schema(
@@ -91,6 +92,26 @@ def read_jsonl(path: str | os.PathLike) -> list[dict[str, Any]]:
     return rows
 
 
+def _umask() -> int:
+    """The process umask. Linux shows it in /proc (reading it there changes nothing); elsewhere
+    it can only be read by setting it, which is safe here as no other thread creates files yet."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def chmod_by_umask(fd: int) -> None:
+    """Give a mkstemp file (always 0600) the mode open() would have: 0666 less the umask, so
+    results are as readable as any other file the user writes."""
+    os.fchmod(fd, 0o666 & ~_umask())
+
+
 def write_parquet(rows: Iterable[Mapping[str, Any]], path: str | os.PathLike) -> None:
     """calls.parquet with the fixed schema (an empty run still gets a file with the columns)."""
     rows = list(rows)
@@ -98,6 +119,7 @@ def write_parquet(rows: Iterable[Mapping[str, Any]], path: str | os.PathLike) ->
     table = pa.table(cols, schema=CALL_SCHEMA)
     path = Path(path)
     fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".parquet.tmp")
+    chmod_by_umask(fd)
     os.close(fd)
     try:
         pq.write_table(table, tmp)
@@ -110,6 +132,7 @@ def write_parquet(rows: Iterable[Mapping[str, Any]], path: str | os.PathLike) ->
 def write_json_atomic(path: str | os.PathLike, obj: Any) -> None:
     path = Path(path)
     fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".json.tmp")
+    chmod_by_umask(fd)
     with os.fdopen(fd, "wb") as f:
         f.write(orjson.dumps(obj, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY))
     os.replace(tmp, path)

@@ -3,11 +3,15 @@
 The server's stdout and stderr go to `server.log`. Stopping sends SIGTERM to the whole group
 (engines fork workers), waits `grace_s`, then SIGKILLs whatever of the group is left, so no
 process of a sweep outlives its run, even when the server's main process died first.
+
+A sweep that is itself SIGKILLed cannot stop its server; `server.json` in the run directory
+records the process group while the server runs, and the next sweep stops what it finds there.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import socket
@@ -22,7 +26,16 @@ from replay.engines.base import LaunchSpec
 from replay.errors import EngineError
 from replay.metrics.scrape import http_client
 
-__all__ = ["ServerProcess", "log_tail", "free_port", "group_alive"]
+__all__ = [
+    "ServerProcess",
+    "log_tail",
+    "free_port",
+    "group_alive",
+    "SERVER_RECORD",
+    "stop_leftover_servers",
+]
+
+SERVER_RECORD = "server.json"
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -129,6 +142,21 @@ class ServerProcess:
         finally:
             log.close()
         self.pgid = self.proc.pid  # start_new_session: the child leads its own group
+        self._write_record()
+
+    def _write_record(self) -> None:
+        """`server.json`: who to stop should this sweep die without stopping the server. The
+        leader's start time tells a live server from an unrelated process that got its PID."""
+        assert self.proc is not None
+        doc = {
+            "pid": self.proc.pid,
+            "pgid": self.pgid,
+            "host": socket.gethostname(),
+            "start_ticks": _start_ticks(self.proc.pid),
+            "argv0": self.argv[0],
+        }
+        with contextlib.suppress(OSError):  # best effort: the run itself does not depend on it
+            (self.log_path.parent / SERVER_RECORD).write_text(json.dumps(doc) + "\n")
 
     def returncode(self) -> int | None:
         """Exit code of the main process, None while it runs (or before start)."""
@@ -192,6 +220,8 @@ class ServerProcess:
             time.sleep(0.02)  # SIGKILL is asynchronous
         if self.ready_file is not None:
             self.ready_file.unlink(missing_ok=True)
+        if not group_alive(self.pgid):
+            (self.log_path.parent / SERVER_RECORD).unlink(missing_ok=True)
         return self.exit_code
 
     def __enter__(self) -> ServerProcess:
@@ -200,3 +230,61 @@ class ServerProcess:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+def _start_ticks(pid: int) -> int | None:
+    """A process's start time in clock ticks since boot (/proc/PID/stat field 22); None without
+    /proc or when the process is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return int(fields[19])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _still_ours(doc: dict) -> int | None:
+    """The recorded group's id when it is certainly still the recorded server's, else None. A live
+    leader must have the recorded start time (else its PID was reused); with the leader gone, a
+    live group is still the server's workers, since Linux never reuses a PID as a new process while
+    a group of that id exists."""
+    pid, pgid = doc.get("pid"), doc.get("pgid")
+    if not isinstance(pid, int) or not isinstance(pgid, int) or pgid <= 1:
+        return None
+    if doc.get("host") != socket.gethostname():
+        return None
+    ticks = _start_ticks(pid)
+    if ticks is not None:
+        return pgid if ticks == doc.get("start_ticks") and pid == pgid else None
+    return pgid if group_alive(pgid) else None
+
+
+def stop_leftover_servers(exp_dir: Path, grace_s: float) -> list[int]:
+    """Stop servers that an earlier sweep of `exp_dir` launched and could not stop (it was
+    SIGKILLed): SIGTERM to each recorded group, SIGKILL after `grace_s`. Returns their group ids.
+    Call with the sweep's lock held, so no live sweep's server is touched."""
+    stopped = []
+    for record in sorted(exp_dir.glob(f"*/r*/{SERVER_RECORD}")):
+        try:
+            doc = json.loads(record.read_text())
+        except (OSError, ValueError):
+            doc = None
+        pgid = _still_ours(doc) if isinstance(doc, dict) else None
+        if pgid is not None and group_alive(pgid):
+            _stop_group(pgid, grace_s)
+            stopped.append(pgid)
+        if pgid is None or not group_alive(pgid):
+            record.unlink(missing_ok=True)
+    return stopped
+
+
+def _stop_group(pgid: int, grace_s: float) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pgid, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while group_alive(pgid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pgid, signal.SIGKILL)
+    deadline = time.monotonic() + 5.0
+    while group_alive(pgid) and time.monotonic() < deadline:
+        time.sleep(0.02)

@@ -1,18 +1,28 @@
-"""Atomic result files and the "is this run finished?" rule that resume relies on.
+"""Result files, the "is this run finished?" rule that resume relies on, and run directories
+that never mix two runs.
 
 A file is written to a temporary name in the same folder and renamed over the target, so a reader
-(or a crash) sees the old file or the new one, never half of one.
+(or a crash) sees the old file or the new one, never half of one. A write that fails (a full
+disk) raises `ResultsWriteError`: one line, exit 1, and the files already there stay as they were.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import os
 import shutil
+import socket
 import tempfile
+import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import orjson
+
+from replay.driver.records import chmod_by_umask
+from replay.errors import ConfigError, ReplayError
 
 __all__ = [
     "write_bytes_atomic",
@@ -21,23 +31,63 @@ __all__ = [
     "FINISHED_STATUSES",
     "is_finished",
     "clear_run_dir",
+    "prepare_out_dir",
+    "ResultsWriteError",
+    "RUN_FILES",
+    "exclusive_lock",
 ]
 
 # A run with one of these statuses in its run.json is not run again unless --force.
-# `failed` and `interrupted` runs are retried on the next sweep.
+# `failed` and `interrupted` runs are retried on the next sweep, and so is an `errors` run in
+# which every call failed (a server that refused everything, not a measurement).
 FINISHED_STATUSES = ("ok", "errors")
 _JSON = orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS
+# What a run directory may hold (docs/results.md); `--force` clears only directories made of these.
+RUN_FILES = frozenset(
+    {
+        "run.json",
+        "calls.jsonl",
+        "calls.parquet",
+        "counters.json",
+        "metrics.jsonl",
+        "server.log",
+        "server.json",
+        "prometheus",
+        ".server.port",
+    }
+)
+
+
+class ResultsWriteError(ReplayError):
+    """A result file could not be written (disk full, read-only, quota). Not the input's fault,
+    so exit 1; atomic writes leave the previous file in place."""
+
+    exit_code = 1
+
+
+def _write(f: Any, data: bytes) -> None:
+    """The one place bytes reach a result file (tests inject a full disk here)."""
+    f.write(data)
 
 
 def write_bytes_atomic(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    except OSError as e:
+        raise ResultsWriteError(f"{path}: cannot write: {e.strerror or e}") from None
+    try:
+        chmod_by_umask(fd)  # mkstemp makes 0600; results are shared like any file the user writes
         with os.fdopen(fd, "wb") as f:
-            f.write(data)
+            _write(f, data)
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as e:
         Path(tmp).unlink(missing_ok=True)
+        if isinstance(e, OSError):
+            full = " (disk full)" if e.errno in (errno.ENOSPC, errno.EDQUOT) else ""
+            raise ResultsWriteError(
+                f"{path}: cannot write{full}: {e.strerror or e}; files written before are intact"
+            ) from None
         raise
 
 
@@ -53,9 +103,19 @@ def read_json(path: Path) -> Any | None:
         return None
 
 
-def is_finished(run_dir: Path) -> bool:
+def is_finished(run_dir: Path, *, keep_all_failed: bool = False) -> bool:
+    """Whether resume skips this run: its status is ok or errors, and (unless `keep_all_failed`)
+    at least one of its calls succeeded."""
     run = read_json(run_dir / "run.json")
-    return isinstance(run, dict) and run.get("status") in FINISHED_STATUSES
+    if not isinstance(run, dict) or run.get("status") not in FINISHED_STATUSES:
+        return False
+    if keep_all_failed or run.get("status") != "errors":
+        return True
+    summary = run.get("summary")
+    if not isinstance(summary, dict):
+        return True
+    calls, errors = summary.get("calls"), summary.get("errors")
+    return not (isinstance(calls, int) and isinstance(errors, int) and errors >= calls > 0)
 
 
 def clear_run_dir(run_dir: Path) -> None:
@@ -63,3 +123,75 @@ def clear_run_dir(run_dir: Path) -> None:
     if run_dir.exists():
         shutil.rmtree(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
+
+
+def prepare_out_dir(out_dir: Path, *, force: bool, option: str = "--out") -> None:
+    """Make `out_dir` an empty run directory. A non-empty one is refused (its files would be read
+    as this run's: a simulator's counters.json beside an HTTP run's calls); with `force` it is
+    cleared, but only when it holds nothing but a run's files, so a mistyped path never loses
+    unrelated data."""
+    if out_dir.exists() and not out_dir.is_dir():
+        raise ConfigError(str(out_dir), option, "exists and is not a directory")
+    entries = sorted(p.name for p in out_dir.iterdir()) if out_dir.is_dir() else []
+    if entries:
+        shown = ", ".join(entries[:4]) + (", ..." if len(entries) > 4 else "")
+        if not force:
+            raise ConfigError(
+                str(out_dir),
+                option,
+                f"not empty ({shown}); pass --force to clear it, or choose a new directory",
+            )
+        foreign = [n for n in entries if n not in RUN_FILES and not n.endswith(".tmp")]
+        if foreign:
+            raise ConfigError(
+                str(out_dir),
+                option,
+                f"holds files a run does not write ({', '.join(foreign[:4])}); "
+                "--force clears only run directories: choose a new directory",
+            )
+        try:
+            clear_run_dir(out_dir)
+        except OSError as e:
+            raise ConfigError(str(out_dir), option, f"cannot clear: {e.strerror or e}") from None
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ConfigError(str(out_dir), option, f"cannot create: {e.strerror or e}") from None
+
+
+LOCK_FILE = ".lock"
+
+
+@contextlib.contextmanager
+def exclusive_lock(exp_dir: Path) -> Iterator[None]:
+    """Hold `exp_dir/.lock` for a whole sweep, so a second sweep on the same results directory is
+    refused instead of running every point again beside the first (and deleting runs the first
+    is writing). flock is released by the kernel when the holder dies, however it dies, so a
+    killed sweep never leaves a stale lock; the PID and host written in the file are only for
+    the message."""
+    import fcntl
+
+    path = exp_dir / LOCK_FILE
+    try:
+        exp_dir.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+    except OSError as e:
+        why = f"cannot create the sweep's lock: {e.strerror or e}"
+        raise ConfigError(str(path), None, why) from None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 200, 0).decode("utf-8", "replace").strip() or "unknown process"
+            raise ConfigError(
+                str(exp_dir),
+                None,
+                f"another sweep ({holder}) is using this results directory; wait for it to "
+                "end or stop it (a killed sweep releases the lock by itself)",
+            ) from None
+        me = f"pid {os.getpid()} on {socket.gethostname()} since {time.strftime('%H:%M:%S')}"
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, me.encode(), 0)
+        yield
+    finally:
+        os.close(fd)  # releases the lock; the file stays (unlinking it would race a new taker)

@@ -1,6 +1,10 @@
 """Run a sweep: every planned run gets a fresh server (or the in-process simulator), a replay,
 counters and a run.json; finished runs are skipped on rerun; failures are recorded and skipped past.
 
+A sweep holds an exclusive lock on its results directory, first stops any server a killed sweep
+left running (their `server.json` records), and writes `plan.json` (every planned run) so a report
+of a partial sweep can say how many runs never started.
+
 One run, for a launched engine: start the server in its own process group (log in server.log),
 wait for health, check that the configuration took effect (the adapter's `verify` on a scrape),
 optional warm-up and cache reset (checked), scrape at replay start, every second
@@ -12,6 +16,7 @@ facts to the driver's run.json.
 from __future__ import annotations
 
 import contextlib
+import errno
 import threading
 import time
 import traceback
@@ -28,13 +33,22 @@ from replay.metrics.counters import counter_deltas
 from replay.metrics.scrape import MetricsRecorder, fetch_samples
 from replay.sweep import control
 from replay.sweep.config import Experiment
-from replay.sweep.lifecycle import ServerProcess, free_port, log_tail
+from replay.sweep.lifecycle import ServerProcess, free_port, log_tail, stop_leftover_servers
 from replay.sweep.plan import PlannedRun, plan_runs
 from replay.sweep.prepare import keep_experiment_file, load_trace, write_predictions
-from replay.sweep.results import clear_run_dir, is_finished, read_json, write_json_atomic
+from replay.sweep.results import (
+    ResultsWriteError,
+    clear_run_dir,
+    exclusive_lock,
+    is_finished,
+    read_json,
+    write_json_atomic,
+)
 from replay.sweep.summary import write_summary
 
-__all__ = ["RunOutcome", "SweepResult", "run_sweep"]
+__all__ = ["RunOutcome", "SweepResult", "run_sweep", "PLAN_FILE"]
+
+PLAN_FILE = "plan.json"  # every planned run's `<point>/<repeat>`, written before the first runs
 
 
 @dataclass(frozen=True)
@@ -106,9 +120,11 @@ class SweepRunner:
         order: str | None = None,
         results_root: str | Path | None = None,
         echo: Callable[[str], None] = print,
+        keep_all_failed: bool = False,
     ):
         self.exp = exp
         self.force = force
+        self.keep_all_failed = keep_all_failed
         self.order = order
         self.exp_dir = Path(results_root or exp.results_dir) / exp.name
         self.echo = echo
@@ -120,7 +136,7 @@ class SweepRunner:
         """Add the sweep's facts to run.json (written by the driver, or here if it never ran)."""
         doc = read_json(run_dir / "run.json")
         if not isinstance(doc, dict):
-            doc = {"status": "failed", "reason": "the replay did not start", "summary": None}
+            doc = _placeholder(self.exp.name, planned, engine, "the replay did not start")
         doc.update(
             experiment=self.exp.name,
             point=planned.point.as_dict(),
@@ -306,15 +322,21 @@ class SweepRunner:
 
     def run_one(self, planned: PlannedRun) -> RunOutcome:
         run_dir = self.exp_dir / planned.rel_dir
-        if not self.force and is_finished(run_dir):
+        if not self.force and is_finished(run_dir, keep_all_failed=self.keep_all_failed):
             return RunOutcome(planned.rel_dir, "skipped", "finished earlier")
         clear_run_dir(run_dir)
         engine, options, run = self.exp.resolve(planned.point)
         adapter = get_engine(engine)
+        # Until the driver writes its own, run.json says the run did not finish, with every key
+        # the summary reads, so a sweep killed here leaves a row like any other.
+        why = "did not finish (the sweep stopped before the replay started)"
+        write_json_atomic(run_dir / "run.json", _placeholder(self.exp.name, planned, engine, why))
         try:
             if adapter.in_process:
                 return self._run_in_process(planned, run_dir, engine, options, run)
             return self._run_launched(planned, run_dir, engine, options, run)
+        except ResultsWriteError:
+            raise  # a full disk fails every later run too: stop the sweep
         except ReplayError as e:  # in-process runs; launched runs record their own
             self._record(run_dir, planned, engine, {}, "failed", str(e))
             return RunOutcome(planned.rel_dir, "failed", str(e))
@@ -323,6 +345,11 @@ class SweepRunner:
                 self._record(run_dir, planned, engine, {}, "interrupted", "interrupted")
             raise
         except Exception as e:
+            if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT):
+                raise ResultsWriteError(
+                    f"{run_dir}: cannot write (disk full): {e.strerror}; "
+                    "files written before are intact"
+                ) from None
             # A bug in an engine, the simulator or the driver fails this run, not the sweep;
             # the traceback goes into run.json for whoever fixes it.
             reason = f"crashed: {type(e).__name__}: {e}"
@@ -338,11 +365,20 @@ class SweepRunner:
     # -- the sweep --------------------------------------------------------------------------
 
     def run(self) -> SweepResult:
-        self.exp_dir.mkdir(parents=True, exist_ok=True)
+        with exclusive_lock(self.exp_dir):
+            return self._run_locked()
+
+    def _run_locked(self) -> SweepResult:
+        for pgid in stop_leftover_servers(self.exp_dir, self.exp.timeouts.stop_grace_s):
+            self.echo(f"stopped server process group {pgid} left running by an earlier sweep")
         keep_experiment_file(self.exp, self.exp_dir, force=self.force)
         self.trace = load_trace(self.exp)
         write_predictions(self.trace, self.exp, self.exp_dir, force=self.force)
         planned = plan_runs(self.exp, self.order)
+        write_json_atomic(
+            self.exp_dir / PLAN_FILE,
+            {"experiment": self.exp.name, "runs": sorted(p.rel_dir for p in planned)},
+        )
         outcomes: list[RunOutcome] = []
         interrupted = False
         try:
@@ -360,8 +396,27 @@ class SweepRunner:
         except KeyboardInterrupt:
             interrupted = True
         finally:
-            write_summary(self.exp, self.exp_dir)
+            try:
+                write_summary(self.exp, self.exp_dir)
+            except ResultsWriteError as e:
+                if not interrupted:
+                    raise
+                self.echo(f"replay: {e}")  # the interrupt (exit 130) is the news; say this too
         return SweepResult(self.exp_dir, outcomes, interrupted)
+
+
+def _placeholder(experiment: str, planned: PlannedRun, engine: str, why: str) -> dict[str, Any]:
+    """A run.json for a run that did not finish: the same keys and types as a finished one."""
+    return {
+        "status": "failed",
+        "reason": why,
+        "summary": None,
+        "experiment": experiment,
+        "point": planned.point.as_dict(),
+        "point_name": planned.point.name,
+        "repeat": planned.repeat,
+        "engine": engine,
+    }
 
 
 def _per_run_env(env: Mapping[str, str], run_dir: Path) -> dict[str, str]:
@@ -398,8 +453,18 @@ def run_sweep(
     order: str | None = None,
     results_root: str | Path | None = None,
     echo: Callable[[str], None] = print,
+    keep_all_failed: bool = False,
 ) -> SweepResult:
     """Run (or resume) every planned run of `exp`; write summary.parquet/csv at the end, also
     after a failure or an interrupt. Runs whose run.json says ok/errors are skipped unless
-    `force`."""
-    return SweepRunner(exp, force=force, order=order, results_root=results_root, echo=echo).run()
+    `force`, except an `errors` run in which every call failed, which runs again unless
+    `keep_all_failed`. Raises ConfigError when another sweep holds the results directory."""
+    runner = SweepRunner(
+        exp,
+        force=force,
+        order=order,
+        results_root=results_root,
+        echo=echo,
+        keep_all_failed=keep_all_failed,
+    )
+    return runner.run()

@@ -1,0 +1,272 @@
+"""Results directories never mix runs: `replay run --out` starts empty, one sweep per results
+directory (a lock), typed placeholders, a full disk, resume of all-failed runs, file modes, and
+the report of a partly run sweep. Real sweeps on the in-process simulator; the CLI in process."""
+
+from __future__ import annotations
+
+import errno
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import orjson
+import pandas as pd
+import pytest
+
+from replay.analysis.load import load_results
+from replay.cli.main import main
+from replay.report import build_report
+from replay.sweep.config import load_experiment
+from replay.sweep.results import exclusive_lock
+from replay.sweep.runner import run_sweep
+from replay.sweep.summary import write_summary
+from replay.trace.io import write_trace
+from replay.trace.synth import synth
+from tests.servers import FaultServer
+
+ROOT = Path(__file__).resolve().parents[1]
+
+SIM_TEMPLATE = """
+name = "d"
+repeats = 2
+seed = 3
+[trace]
+synth = { preset = "swe-agent", tasks = 3, seed = 1, max_calls_per_task = 4, max_prompt_tokens = 8000 }
+[run]
+pool = 2
+[engine]
+kind = "sim"
+device_kv_gib = 0.5
+[matrix]
+host_tier_gib = [0, 2]
+[predict]
+enabled = false
+"""
+
+
+def sim_experiment(tmp_path: Path):
+    path = tmp_path / "d.toml"
+    path.write_text(SIM_TEMPLATE)
+    return load_experiment(path)
+
+
+def run_cli(argv: list[str], capsys) -> tuple[int, str, str]:
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+        sys.exit(0)
+    out, err = capsys.readouterr()
+    return int(e.value.code or 0), out, err
+
+
+def read_run(path: Path) -> dict:
+    return orjson.loads((path / "run.json").read_bytes())
+
+
+# -- replay run --out -----------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def trace_file(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("trace") / "t.jsonl.gz"
+    write_trace(synth("claude-code", tasks=3, seed=2, scale=0.01, max_calls_per_task=3), path)
+    return path
+
+
+def test_run_refuses_a_used_out_dir_and_force_leaves_no_stale_counters(
+    trace_file, tmp_path, capsys
+):
+    out = tmp_path / "run"
+    base = ["run", "--trace", str(trace_file), "--pool", "2", "--out", str(out), "--json"]
+    code, _, err = run_cli([*base, "--engine", "sim"], capsys)
+    assert code == 0, err
+    assert (out / "counters.json").exists()  # the simulator reports counters
+    with FaultServer() as srv:
+        http = [*base, "--url", srv.url, "--gap-scale", "0.001"]
+        code, _, err = run_cli(http, capsys)
+        assert code == 2 and err.count("\n") == 1
+        assert "not empty" in err and "--force" in err and str(out) in err
+        assert read_run(out)["provenance"]["engine"] == "sim"  # refused: nothing touched
+        code, _, err = run_cli([*http, "--force"], capsys)
+    assert code == 0, err
+    # the HTTP server exposes no counters: none may be left from the simulator's run
+    assert not (out / "counters.json").exists()
+    assert read_run(out)["provenance"]["url"] == srv.url
+    assert pd.isna(load_results(out).runs.iloc[0].get("device_hit_tokens"))
+
+
+def test_force_never_clears_a_directory_that_is_not_a_run(trace_file, tmp_path, capsys):
+    (tmp_path / "notes.txt").write_text("mine")
+    argv = ["run", "--trace", str(trace_file), "--pool", "2", "--out", str(tmp_path)]
+    code, _, err = run_cli([*argv, "--engine", "sim", "--force"], capsys)
+    assert code == 2 and "notes.txt" in err and err.count("\n") == 1
+    assert (tmp_path / "notes.txt").read_text() == "mine"
+
+
+# -- one sweep per results directory ------------------------------------------------------------
+
+
+def test_a_second_sweep_on_a_locked_results_dir_is_refused(tmp_path, capsys):
+    exp = sim_experiment(tmp_path)
+    results = tmp_path / "results"
+    argv = ["sweep", exp.source, "--results", str(results)]
+    with exclusive_lock(results / "d"):  # as a running sweep holds it
+        code, _, err = run_cli(argv, capsys)
+    assert code == 2 and err.count("\n") == 1
+    assert "another sweep" in err and f"pid {os.getpid()}" in err
+    assert not list((results / "d").glob("*/r*"))  # it ran nothing
+    code, _, err = run_cli(argv, capsys)  # released: the sweep runs
+    assert code == 0, err
+
+
+def test_a_killed_sweep_leaves_no_stale_lock(tmp_path):
+    exp = sim_experiment(tmp_path)
+    exp_dir = tmp_path / "results" / "d"
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, time; from pathlib import Path;"
+            "from replay.sweep.results import exclusive_lock\n"
+            "with exclusive_lock(Path(sys.argv[1])):\n print('held', flush=True); time.sleep(60)",
+            str(exp_dir),
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == b"held\n"
+        holder.kill()  # SIGKILL: no cleanup runs
+        holder.wait()
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+    result = run_sweep(exp, results_root=tmp_path / "results", echo=lambda s: None)
+    assert [o.status for o in result.outcomes] == ["ok"] * 4
+
+
+# -- placeholders, a full disk ----------------------------------------------------------------
+
+
+def test_summary_of_a_run_killed_inside_the_driver_keeps_typed_columns(tmp_path):
+    exp = sim_experiment(tmp_path)
+    result = run_sweep(exp, results_root=tmp_path / "results", echo=lambda s: None)
+    killed = result.exp_dir / result.outcomes[-1].rel_dir
+    # what the driver leaves when the process dies mid-replay: its own placeholder, which has
+    # none of the sweep's keys (no repeat, no point)
+    placeholder = {"status": "failed", "reason": "did not finish", "summary": None}
+    (killed / "run.json").write_bytes(orjson.dumps(placeholder))
+    df = write_summary(exp, result.exp_dir)
+    assert pd.api.types.is_integer_dtype(df["repeat"])
+    table = pd.read_parquet(result.exp_dir / "summary.parquet")
+    assert sorted(table["repeat"]) == [0, 0, 1, 1]
+    assert sorted(table["status"]) == ["failed", "ok", "ok", "ok"]
+
+
+def test_a_column_with_mixed_types_is_written_as_text(tmp_path):
+    exp = sim_experiment(tmp_path)
+    result = run_sweep(exp, results_root=tmp_path / "results", echo=lambda s: None)
+    odd = result.exp_dir / result.outcomes[0].rel_dir
+    doc = read_run(odd)
+    doc["summary"]["makespan_s"] = "n/a"  # an engine or an old writer with a string
+    (odd / "run.json").write_bytes(orjson.dumps(doc))
+    write_summary(exp, result.exp_dir)
+    table = pd.read_parquet(result.exp_dir / "summary.parquet")
+    assert "n/a" in set(table["makespan_s"]) and table["makespan_s"].notna().all()
+
+
+def test_a_full_disk_gives_one_line_exit_1_and_keeps_the_results(tmp_path, capsys, monkeypatch):
+    exp = sim_experiment(tmp_path)
+    results = tmp_path / "results"
+    argv = ["sweep", exp.source, "--results", str(results)]
+    assert run_cli(argv, capsys)[0] == 0
+    before = (results / "d" / "summary.parquet").read_bytes()
+    runs_before = {p: p.read_bytes() for p in results.glob("d/*/r*/run.json")}
+
+    def full(f, data):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr("replay.sweep.results._write", full)
+    code, _, err = run_cli(argv, capsys)  # resume: every run skipped, the summary write fails
+    assert code == 1 and err.count("\n") == 1 and "disk full" in err, err
+    assert "Traceback" not in err
+    assert (results / "d" / "summary.parquet").read_bytes() == before
+    assert {p: p.read_bytes() for p in results.glob("d/*/r*/run.json")} == runs_before
+    assert not list(results.glob("d/**/*.tmp"))  # no half-written temporary left
+
+
+# -- resume, file modes, the report of a partial sweep ------------------------------------------
+
+
+def test_resume_reruns_a_run_whose_every_call_failed(tmp_path):
+    exp = sim_experiment(tmp_path)
+    result = run_sweep(exp, results_root=tmp_path / "results", echo=lambda s: None)
+    bad = result.exp_dir / result.outcomes[0].rel_dir
+    doc = read_run(bad)
+    calls = doc["summary"]["calls"]
+    # as a run against a server that refused every request ends: finished, all calls failed
+    doc["status"] = "errors"
+    doc["summary"]["errors"] = calls
+    (bad / "run.json").write_bytes(orjson.dumps(doc))
+    kept = run_sweep(exp, results_root=tmp_path / "results", echo=lambda s: None,
+                     keep_all_failed=True)  # fmt: skip
+    assert [o.status for o in kept.outcomes] == ["skipped"] * 4
+    again = run_sweep(exp, results_root=tmp_path / "results", echo=lambda s: None)
+    assert [o.status for o in again.outcomes] == ["ok", "skipped", "skipped", "skipped"]
+    assert read_run(bad)["summary"]["errors"] == 0
+
+
+def test_results_files_follow_the_umask(tmp_path):
+    exp = sim_experiment(tmp_path)
+    previous = os.umask(0o022)
+    try:
+        result = run_sweep(exp, results_root=tmp_path / "results", echo=lambda s: None)
+    finally:
+        os.umask(previous)
+    run_dir = result.exp_dir / result.outcomes[0].rel_dir
+    for path in (
+        run_dir / "run.json",
+        run_dir / "calls.parquet",
+        run_dir / "counters.json",
+        result.exp_dir / "summary.parquet",
+        result.exp_dir / "plan.json",
+    ):
+        assert path.stat().st_mode & 0o777 == 0o644, path
+    os.umask(0o077)
+    try:
+        result = run_sweep(exp, force=True, results_root=tmp_path / "r2", echo=lambda s: None)
+    finally:
+        os.umask(previous)
+    assert (result.exp_dir / "summary.parquet").stat().st_mode & 0o777 == 0o600
+
+
+def test_the_report_counts_planned_runs_that_never_started(tmp_path):
+    exp = sim_experiment(tmp_path)
+    result = run_sweep(exp, results_root=tmp_path / "results", echo=lambda s: None)
+    # a sweep stopped before its last run: that directory was never made
+    last = result.exp_dir / result.outcomes[-1].rel_dir
+    for path in sorted(last.iterdir()):
+        path.unlink()
+    last.rmdir()
+    loaded = load_results(result.exp_dir)
+    assert loaded.not_started == [result.outcomes[-1].rel_dir] and len(loaded.planned) == 4
+    text, _ = build_report(loaded, tmp_path / "report", figures=False)
+    assert "1 of 4 planned runs never started" in text
+    complete = run_sweep(exp, results_root=tmp_path / "results", echo=lambda s: None)
+    assert [o.status for o in complete.outcomes].count("ok") == 1
+    text, _ = build_report(load_results(result.exp_dir), tmp_path / "report", figures=False)
+    assert "never started" not in text
+
+
+def test_a_full_disk_during_a_run_stops_the_sweep_with_one_line(tmp_path, capsys, monkeypatch):
+    exp = sim_experiment(tmp_path)
+    results = tmp_path / "results"
+
+    def full(rows, path):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr("replay.driver.run.write_parquet", full)  # the driver's write seam
+    code, out, err = run_cli(["sweep", exp.source, "--results", str(results)], capsys)
+    assert code == 1 and err.count("\n") == 1 and "disk full" in err, err
+    assert "Traceback" not in err and out == ""  # stopped at the first run, not after each
+    assert len(pd.read_parquet(results / "d" / "summary.parquet")) == 1
