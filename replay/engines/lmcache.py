@@ -34,6 +34,9 @@ from replay.metrics.counters import one_rank, sample_sum
 
 __all__ = ["ADAPTER", "launch", "map_counters", "LMCACHE_OPTIONS"]
 
+# The LMCache release the contract tests check this adapter against (vLLM's is vllm.PINNED_VERSION).
+PINNED_VERSION = "0.5.6"
+
 LMCACHE_OPTIONS = (vllm.VLLM_OPTIONS - {"dev_mode"}) | {"chunk_tokens", "prometheus_dir"}
 
 CONNECTOR = {"kv_connector": "LMCacheConnectorV1", "kv_role": "kv_both"}
