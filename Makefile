@@ -88,3 +88,11 @@ $(LLAMA_SERVER):
 	PATH="$(CURDIR)/$(BIN):$$PATH" ninja -C $(LLAMA_BUILD)/cmake -j2 llama-server
 	mkdir -p $(LLAMA_BUILD)/bin && cp $(LLAMA_BUILD)/cmake/bin/llama-server $(LLAMA_SERVER)
 	@echo "built $(LLAMA_SERVER): set server_bin = \"$(LLAMA_SERVER)\" in an experiment's [engine]"
+
+# Engine contracts (docs/engines.md): the adapters checked against the released sources of the
+# pinned vLLM, SGLang and LMCache wheels, fetched once without dependencies into
+# REPLAY_WHEEL_CACHE (default ~/.cache/replay/wheels) and read with ast, never imported.
+.PHONY: test-contracts
+
+test-contracts: $(STAMP) ## adapters vs the pinned vLLM/SGLang/LMCache sources: flags, metrics, forcing
+	$(BIN)/python -m pytest -q -m contracts tests/contracts -p no:cacheprovider

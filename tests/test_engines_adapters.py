@@ -42,7 +42,7 @@ def test_vllm_argv_gpu_with_host_tier():
     assert "--enable-prefix-caching" in a and "--enable-prompt-tokens-details" in a
     assert flag(a, "--tensor-parallel-size") == "2"
     assert flag(a, "--kv-cache-memory-bytes") == str(1 << 29)
-    assert flag(a, "--kv-offloading-size") == "64"
+    assert flag(a, "--kv-offloading-size") == "128"  # GiB per rank x tp 2: vLLM takes the total
     assert flag(a, "--kv-offloading-backend") == "native"
     assert spec.env["VLLM_SERVER_DEV_MODE"] == "1"  # /reset_prefix_cache needs dev mode
 
@@ -75,7 +75,7 @@ def test_sglang_argv_hicache():
     a = sglang.launch({"model": "m", "host_tier_gib": 16, "tp": 2}, "h", 30000).argv
     assert a[:3] == ["python", "-m", "sglang.launch_server"]
     assert "--enable-metrics" in a and "--enable-hierarchical-cache" in a
-    assert flag(a, "--hicache-size") == "16"
+    assert flag(a, "--hicache-size") == "17"  # 16 GiB per rank = 17.18 decimal GB
     assert flag(a, "--hicache-write-policy") == "write_through"
     assert flag(a, "--tp-size") == "2"
     off = sglang.launch({"model": "m", "host_tier_gib": 0}, "h", 1).argv

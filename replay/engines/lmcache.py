@@ -1,13 +1,23 @@
 """vLLM + LMCache adapter: vLLM's argv with the LMCache connector; LMCache sized by environment.
 
-Checked against LMCache's sources (observability.py: counters `lmcache:num_hit_tokens`,
-`lmcache:num_stored_tokens`, `lmcache:num_requested_tokens`, exposed with prometheus_client's
-`_total` suffix; configuration from `LMCACHE_*` environment variables: `LMCACHE_CHUNK_SIZE`
-tokens, `LMCACHE_LOCAL_CPU`, `LMCACHE_MAX_LOCAL_CPU_SIZE` GB). LMCache runs inside vLLM's worker
-processes, so its metrics need vLLM's multiprocess Prometheus directory (`PROMETHEUS_MULTIPROC_DIR`).
+Checked against LMCache 0.5.6's sources (observability.py: counters `lmcache:num_hit_tokens`,
+`lmcache:num_stored_tokens`, exposed with prometheus_client's `_total` suffix and one series per
+worker, label `worker_id`; v1/config.py: `LMCACHE_*` environment variables, `LMCACHE_CHUNK_SIZE`
+tokens, `LMCACHE_LOCAL_CPU`, `LMCACHE_MAX_LOCAL_CPU_SIZE` in GiB per worker, as
+storage_backend/local_cpu_backend.py allocates `size * 1024**3` bytes in each worker). LMCache runs
+inside vLLM's worker processes, so its metrics need vLLM's multiprocess Prometheus directory
+(`PROMETHEUS_MULTIPROC_DIR`).
+
+At host_tier_gib = 0 the point runs as plain vLLM without the connector: LMCache creates no CPU
+backend at size 0 but its storage manager still looks one up, so the server would not start.
+
+No cache reset: vLLM's `reset_external` calls the connector's `reset_cache`, which
+LMCacheConnectorV1 (vllm 0.33.0 kv_connector/v1/lmcache_connector.py) does not implement; the base
+class answers success without clearing anything, so a probe after the reset still hits LMCache
+and a reset check could never pass.
 
 Options: the vLLM ones (model, tp, device_kv_gib, ...) plus host_tier_gib (LMCache local CPU size,
-GB), chunk_tokens (default 256), prometheus_dir.
+GiB per rank), chunk_tokens (default 256), prometheus_dir.
 """
 
 from __future__ import annotations
@@ -20,9 +30,12 @@ import orjson
 from replay.engines import vllm
 from replay.engines.base import EngineAdapter, LaunchSpec, Samples
 from replay.engines.common import extra_args, extra_env, flag_value
-from replay.metrics.counters import sample_sum
+from replay.metrics.counters import one_rank, sample_sum
 
 __all__ = ["ADAPTER", "launch", "map_counters", "LMCACHE_OPTIONS"]
+
+# The LMCache release the contract tests check this adapter against (vLLM's is vllm.PINNED_VERSION).
+PINNED_VERSION = "0.5.6"
 
 LMCACHE_OPTIONS = (vllm.VLLM_OPTIONS - {"dev_mode"}) | {"chunk_tokens", "prometheus_dir"}
 
@@ -30,18 +43,22 @@ CONNECTOR = {"kv_connector": "LMCacheConnectorV1", "kv_role": "kv_both"}
 
 
 def launch(options: Mapping[str, Any], host: str, port: int) -> LaunchSpec:
-    """vLLM argv + `--kv-transfer-config` for LMCacheConnectorV1; LMCache's CPU tier via env."""
+    """vLLM argv + `--kv-transfer-config` for LMCacheConnectorV1; LMCache's CPU tier via env.
+    Tier 0: plain vLLM (no connector, no LMCache environment)."""
     argv = vllm.server_argv(options, host, port, engine="lmcache")
-    argv += ["--kv-transfer-config", orjson.dumps(CONNECTOR).decode()]
-    argv += extra_args(options, "lmcache")
     host_gib = float(options.get("host_tier_gib") or 0)
-    env = {
-        "VLLM_SERVER_DEV_MODE": "1",
-        "LMCACHE_CHUNK_SIZE": str(int(options.get("chunk_tokens", 256))),
-        "LMCACHE_LOCAL_CPU": "True" if host_gib > 0 else "False",
-        "LMCACHE_MAX_LOCAL_CPU_SIZE": flag_value(host_gib),
-        "PROMETHEUS_MULTIPROC_DIR": str(options.get("prometheus_dir", "/tmp/replay-lmcache-prom")),
-    }
+    env = {"VLLM_SERVER_DEV_MODE": "1"}
+    if host_gib > 0:
+        argv += ["--kv-transfer-config", orjson.dumps(CONNECTOR).decode()]
+        env |= {
+            "LMCACHE_CHUNK_SIZE": str(int(options.get("chunk_tokens", 256))),
+            "LMCACHE_LOCAL_CPU": "True",
+            "LMCACHE_MAX_LOCAL_CPU_SIZE": flag_value(host_gib),
+            "PROMETHEUS_MULTIPROC_DIR": str(
+                options.get("prometheus_dir", "/tmp/replay-lmcache-prom")
+            ),
+        }
+    argv += extra_args(options, "lmcache")
     env.update(extra_env(options, "lmcache"))
     return LaunchSpec(
         argv=argv,
@@ -53,10 +70,14 @@ def launch(options: Mapping[str, Any], host: str, port: int) -> LaunchSpec:
 
 def map_counters(samples: Samples) -> dict[str, float | None]:
     """vLLM's counters, with the host tier from LMCache's: restores = `num_hit_tokens_total`,
-    writes = `num_stored_tokens_total` (its help text: 'including evicted ones')."""
+    writes = `num_stored_tokens_total` (its help text: 'including evicted ones').
+
+    Each TP worker stores and hits its own shard of the same tokens and reports them under its
+    own `worker_id`, so one worker's series is the token count; the sum would be TP x it."""
     out = vllm.map_counters(samples)
-    out["host_restore_tokens"] = sample_sum(samples, "lmcache:num_hit_tokens_total")
-    out["host_write_tokens"] = sample_sum(samples, "lmcache:num_stored_tokens_total")
+    lm = one_rank({k: v for k, v in samples.items() if k.startswith("lmcache:")}, "worker_id")
+    out["host_restore_tokens"] = sample_sum(lm, "lmcache:num_hit_tokens_total")
+    out["host_write_tokens"] = sample_sum(lm, "lmcache:num_stored_tokens_total")
     # vLLM counts LMCache hits as external: local device hits are prefix_cache_hits_total.
     local = sample_sum(samples, "vllm:prefix_cache_hits_total")
     if local is not None:
@@ -74,7 +95,7 @@ ADAPTER = EngineAdapter(
     launch=launch,
     request_extras=vllm.request_extras,
     map_counters=map_counters,
-    reset_path="/reset_prefix_cache?reset_external=true",
+    reset_path=None,  # see the module docstring: LMCache cannot be emptied through vLLM
     forcing=True,
     description="vLLM with LMCacheConnectorV1; host tier = LMCache local CPU (LMCACHE_MAX_LOCAL_CPU_SIZE)",
     verify=verify,

@@ -1,14 +1,16 @@
 """SGLang adapter: launch_server argv with HiCache (host tier), /flush_cache, metrics mapping.
 
-Checked against SGLang main-branch sources (server_args: `--enable-hierarchical-cache`,
-`--hicache-size` GB overriding `--hicache-ratio`, `--hicache-write-policy
-write_through|write_through_selective|write_back`, `--page-size`, `--max-total-tokens`,
-`--enable-metrics`, `--enable-cache-report`; observability/metrics_collector.py:
-`sglang:cached_tokens_total{cache_source}`, `sglang:hicache_backup_tokens_total{pool}`,
-`sglang:load_back_tokens_total{pool}`, `sglang:evicted_tokens_total`).
+Checked against SGLang 0.5.23's sources (`make test-contracts`; docs/engines.md): the flags are
+dataclass fields under srt/arg_groups/fields/ (`--enable-hierarchical-cache`, `--hicache-size`
+integral GB per rank overriding `--hicache-ratio`, `--hicache-write-policy`, `--page-size`,
+`--max-total-tokens`, `--enable-metrics`, `--enable-cache-report`); the counters are in
+srt/observability/metrics_collector.py (`sglang:cached_tokens_total{cache_source}`,
+`sglang:hicache_backup_tokens_total{pool}`, `sglang:load_back_tokens_total{pool}`), one series per
+scheduler rank (label `tp_rank`), every rank reporting the same logical count.
 
 Options: model (required), python, tp, device_kv_tokens (--max-total-tokens), mem_fraction_static,
-host_tier_gib (HiCache host pool, GB; 0 = off), write_policy, page_size, io_backend, extra_args, env.
+host_tier_gib (HiCache host pool, GiB per rank; 0 = off), write_policy, page_size, io_backend,
+extra_args, env.
 """
 
 from __future__ import annotations
@@ -25,9 +27,21 @@ from replay.engines.common import (
     require,
 )
 from replay.errors import ConfigError
-from replay.metrics.counters import difference, first_present, sample_sum
+from replay.metrics.counters import difference, first_present, one_rank, sample_sum
 
-__all__ = ["ADAPTER", "launch", "map_counters", "SGLANG_OPTIONS", "WRITE_POLICIES"]
+__all__ = [
+    "ADAPTER",
+    "launch",
+    "map_counters",
+    "hicache_size_gb",
+    "SGLANG_OPTIONS",
+    "WRITE_POLICIES",
+]
+
+# The release the contract tests check this adapter against (make test-contracts).
+PINNED_VERSION = "0.5.23"
+# Read only as fallbacks for releases older than PINNED_VERSION.
+LEGACY_METRICS = frozenset({"sglang:num_retracted_reqs_total"})
 
 WRITE_POLICIES = ("write_through", "write_through_selective", "write_back")
 
@@ -52,6 +66,20 @@ _VALUE_FLAGS = {
     "max_running_requests": "--max-running-requests",
     "served_model_name": "--served-model-name",
 }
+
+
+def hicache_size_gb(host_tier_gib: float) -> int:
+    """`--hicache-size` for a tier of `host_tier_gib` GiB per rank: SGLang takes an integer
+    number of decimal GB per rank (srt/mem_cache/pool_host/base.py allocates `size * 1e9` bytes
+    in each rank), so GiB x 1.073741824, rounded to the nearest GB (at most 0.5 GB off)."""
+    gb = round(float(host_tier_gib) * (1 << 30) / 1e9)
+    if host_tier_gib > 0 and gb < 1:
+        raise ConfigError(
+            "engine sglang",
+            "host_tier_gib",
+            f"{host_tier_gib} GiB is under SGLang's smallest host pool (1 GB = 0.93 GiB)",
+        )
+    return gb
 
 
 def launch(options: Mapping[str, Any], host: str, port: int) -> LaunchSpec:
@@ -84,7 +112,7 @@ def launch(options: Mapping[str, Any], host: str, port: int) -> LaunchSpec:
         argv += [
             "--enable-hierarchical-cache",
             "--hicache-size",
-            flag_value(host_gib),
+            str(hicache_size_gb(host_gib)),
             "--hicache-write-policy",
             policy,
         ]
@@ -105,8 +133,10 @@ def map_counters(samples: Samples) -> dict[str, float | None]:
     Device hits and host restores come from `cached_tokens_total{cache_source=device|host}`;
     older releases without the label only give the total, so device hits fall back to it when no
     host tier is reported, and host restores to `load_back_tokens_total`. Computed prefill is
-    prompt - cached (all sources), which is what SGLang's scheduler computes.
+    prompt - cached (all sources), which is what SGLang's scheduler computes. Every TP rank
+    reports the same count under its own `tp_rank`, so one rank is read, not the sum.
     """
+    samples = one_rank(samples, "tp_rank")
     cached = "sglang:cached_tokens_total"
     prompt = sample_sum(samples, "sglang:prompt_tokens_total")
     labelled = any("cache_source" in dict(k) for k in samples.get(cached, {}))

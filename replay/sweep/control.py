@@ -71,6 +71,17 @@ def reset_and_check(url: str, reset_path: str, model: str | None, timeout_s: flo
                 raise EngineError(f"{url}{reset_path}: cache reset failed: {e}") from None
             if r.status_code // 100 != 2:
                 raise EngineError(f"{url}{reset_path}: cache reset returned HTTP {r.status_code}")
+            # vLLM answers 200 with {"success": false} while blocks are still held (e.g. by
+            # in-flight offload transfers); that is a failed reset, not a done one.
+            try:
+                body = r.json()
+            except ValueError:
+                body = None  # servers that answer with an empty or plain-text body
+            if isinstance(body, dict) and body.get("success") is False:
+                raise EngineError(
+                    f"{url}{reset_path}: cache reset refused (success: false, blocks still "
+                    "held); retry once running requests and offload transfers finish"
+                )
 
         probe_cached_tokens(client, url, model)
         reset()

@@ -1,0 +1,306 @@
+"""The vLLM and LMCache adapters against the released vLLM and LMCache sources (marker `contracts`).
+
+Every flag the adapters can emit, every metric name they read (beside the declared fallbacks for
+older releases), every request field they send, and the forcing processors' interfaces are looked
+up in the release's own definitions; a miss names the flag or metric and both versions.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from replay.engines import lmcache, vllm, vllm_forcing, vllm_forcing_v2
+from tests.contracts.release import (
+    FLAG,
+    abstract_methods,
+    argparse_flags,
+    check_flag_types,
+    check_flags,
+    check_metrics,
+    dataclass_fields,
+    method_params,
+    parse,
+    py_files,
+    string_constants,
+)
+
+pytestmark = pytest.mark.contracts
+
+REPO = Path(__file__).resolve().parents[2]
+ADAPTERS = {"vllm": REPO / "replay/engines/vllm.py", "lmcache": REPO / "replay/engines/lmcache.py"}
+V2_DIR = "vllm/v1/worker/gpu/sample/logits_processor"
+# Flags whose value the adapter writes as a number: the release must declare that type.
+NUMERIC_FLAGS = {
+    "--tensor-parallel-size": "int",
+    "--gpu-memory-utilization": "float",
+    "--max-model-len": "int",
+    "--max-num-seqs": "int",
+    "--max-num-batched-tokens": "int",
+    "--block-size": "int",
+    "--seed": "int",
+    "--kv-cache-memory-bytes": "int",
+    "--kv-offloading-size": "float",
+    "--port": "int",
+}
+FULL_OPTIONS = {
+    "model": "m",
+    "tp": 2,
+    "device_kv_gib": 1,
+    "gpu_memory_utilization": 0.9,
+    "host_tier_gib": 4,
+    "max_model_len": 4096,
+    "max_num_seqs": 8,
+    "max_num_batched_tokens": 2048,
+    "block_size": 16,
+    "enforce_eager": True,
+    "load_format": "dummy",
+    "seed": 1,
+    "dtype": "bfloat16",
+    "served_model_name": "s",
+}
+
+
+def vllm_flags(root: Path) -> dict[str, str | None]:
+    """{flag: declared type} of vLLM's server: argparse calls in engine/ and entrypoints/, typed
+    by EngineArgs' fields where the call passes generated kwargs, plus the frontend flags that
+    `add_cli_args` generates from the FrontendArgs dataclass fields."""
+    engine_fields = dataclass_fields([root / "vllm/engine/arg_utils.py"], {"EngineArgs"})
+    flags = argparse_flags(py_files(root, "vllm/engine", "vllm/entrypoints"))
+    for flag, kind in list(flags.items()):
+        if kind is None:
+            flags[flag] = engine_fields.get(flag[2:].replace("-", "_"))
+    frontend = dataclass_fields(
+        [root / "vllm/entrypoints/common/cli_args.py"], {"BaseFrontendArgs", "FrontendArgs"}
+    )
+    for field, kind in frontend.items():
+        flags.setdefault("--" + field.replace("_", "-"), kind)
+    return flags
+
+
+def emitted_flags(name: str) -> set[str]:
+    """Flags in the adapter's source (every literal) and in a launch with every option set."""
+    found = string_constants([ADAPTERS[name], ADAPTERS["vllm"]], FLAG)
+    module = vllm if name == "vllm" else lmcache
+    argv = module.launch(FULL_OPTIONS, "127.0.0.1", 8000).argv
+    return found | {a for a in argv if FLAG.match(a)}
+
+
+def read_metrics(name: str, prefix: str, legacy: frozenset[str]) -> set[str]:
+    return string_constants([ADAPTERS[name]], re.compile(rf"^{prefix}:[a-z0-9_]+$")) - legacy
+
+
+def vllm_metrics(root: Path) -> set[str]:
+    return string_constants(py_files(root, "vllm"), re.compile(r"^vllm:[a-z0-9_]+$"), "vllm:")
+
+
+@pytest.mark.parametrize("name", ["vllm", "lmcache"])
+def test_every_flag_the_adapter_emits_is_defined(vllm_release, name):
+    defined = vllm_flags(vllm_release.root)
+    assert len(defined) > 100  # the reader found the release's definitions at all
+    problems = check_flags(
+        emitted_flags(name),
+        defined,
+        adapter=f"replay/engines/{name}.py",
+        engine="vLLM",
+        checked=vllm_release.version,
+        pinned=vllm_release.pinned,
+    )
+    assert problems == []
+
+
+def test_numeric_flags_have_the_type_the_adapter_writes(vllm_release):
+    defined = vllm_flags(vllm_release.root)
+    problems = check_flag_types(
+        NUMERIC_FLAGS,
+        defined,
+        engine="vLLM",
+        checked=vllm_release.version,
+        pinned=vllm_release.pinned,
+    )
+    assert problems == []
+
+
+def test_a_renamed_flag_fails_naming_the_flag_and_both_versions(vllm_release):
+    defined = dict(vllm_flags(vllm_release.root))
+    # A release that renamed the flag: the adapter's name is gone from its definitions.
+    defined["--kv-offloading-gib"] = defined.pop("--kv-offloading-size")
+    problems = check_flags(
+        emitted_flags("vllm"), defined, adapter="replay/engines/vllm.py", engine="vLLM",
+        checked="0.99.0", pinned=vllm_release.pinned,
+    )  # fmt: skip
+    assert len(problems) == 1
+    assert "--kv-offloading-size" in problems[0]
+    assert "vLLM 0.99.0" in problems[0] and f"vLLM {vllm_release.pinned}" in problems[0]
+    # And an adapter that emits a name the release never had.
+    doctored = check_flags(
+        {"--kv-offloading-sizes"}, vllm_flags(vllm_release.root), adapter="a", engine="vLLM",
+        checked=vllm_release.version, pinned="0.32.0",
+    )  # fmt: skip
+    assert doctored and "--kv-offloading-sizes" in doctored[0] and "0.32.0" in doctored[0]
+
+
+def test_every_metric_the_mapping_reads_is_defined(vllm_release, lmcache_release):
+    defined = vllm_metrics(vllm_release.root)
+    read = read_metrics("vllm", "vllm", vllm.LEGACY_METRICS)
+    assert "vllm:kv_offload_store_bytes_total" in read  # the names below are really checked
+    problems = check_metrics(
+        read, defined, adapter="replay/engines/vllm.py", engine="vLLM",
+        checked=vllm_release.version, pinned=vllm_release.pinned,
+    )  # fmt: skip
+    problems += check_metrics(
+        read_metrics("lmcache", "vllm", frozenset()), defined, adapter="replay/engines/lmcache.py",
+        engine="vLLM", checked=vllm_release.version, pinned=vllm_release.pinned,
+    )  # fmt: skip
+    lm_defined = string_constants(
+        py_files(lmcache_release.root, "lmcache"), re.compile(r"^lmcache:[a-z0-9_]+$"), "lmcache:"
+    )
+    problems += check_metrics(
+        read_metrics("lmcache", "lmcache", frozenset()), lm_defined,
+        adapter="replay/engines/lmcache.py", engine="LMCache",
+        checked=lmcache_release.version, pinned=lmcache_release.pinned,
+    )  # fmt: skip
+    assert problems == []
+
+
+def test_a_renamed_metric_fails_naming_the_metric_and_both_versions(vllm_release):
+    defined = vllm_metrics(vllm_release.root) - {"vllm:kv_offload_store_bytes"}
+    problems = check_metrics(
+        read_metrics("vllm", "vllm", vllm.LEGACY_METRICS), defined,
+        adapter="replay/engines/vllm.py", engine="vLLM", checked="0.99.0",
+        pinned=vllm_release.pinned,
+    )  # fmt: skip
+    assert len(problems) == 1
+    assert "vllm:kv_offload_store_bytes_total" in problems[0]
+    assert "vLLM 0.99.0" in problems[0] and f"vLLM {vllm_release.pinned}" in problems[0]
+
+
+def test_lmcache_settings_and_reset_facts(vllm_release, lmcache_release):
+    """The environment variables the adapter sets are LMCache config keys, the size is GiB per
+    worker, and vLLM's LMCache connector has no reset_cache of its own (why no reset is done)."""
+    config = parse(lmcache_release.root / "lmcache/v1/config.py")
+    keys = {
+        n.value
+        for n in ast.walk(config)
+        if isinstance(n, ast.Constant) and isinstance(n.value, str)
+    }
+    env = lmcache.launch({"model": "m", "host_tier_gib": 4}, "h", 1).env
+    for var in (k for k in env if k.startswith("LMCACHE_")):
+        assert var[len("LMCACHE_") :].lower() in keys, var
+    backend = (lmcache_release.root / "lmcache/v1/storage_backend/local_cpu_backend.py").read_text()
+    assert "cpu_size * 1024**3" in backend  # GiB per worker, as host_tier_gib
+    connector = (
+        vllm_release.root / "vllm/distributed/kv_transfer/kv_connector/v1/lmcache_connector.py"
+    )
+    assert "reset_cache" not in method_params(connector, "LMCacheConnectorV1")
+    assert lmcache.ADAPTER.reset_path is None
+
+
+def completion_fields(root: Path, module: str, cls: str) -> set[str]:
+    """Fields of request model `cls` and its bases (resolved by name within `module`'s package)."""
+    classes = {
+        node.name: node
+        for path in py_files(root, module)
+        for node in ast.walk(parse(path))
+        if isinstance(node, ast.ClassDef)
+    }
+    fields: set[str] = set()
+    todo = [cls]
+    while todo:
+        node = classes.get(todo.pop())
+        if node is None:
+            continue
+        fields |= {
+            s.target.id
+            for s in node.body
+            if isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name)
+        }
+        todo += [ast.unparse(b).split(".")[-1] for b in node.bases]
+    return fields
+
+
+def test_request_fields_exist_in_the_completion_request(vllm_release):
+    fields = completion_fields(vllm_release.root, "vllm/entrypoints", "CompletionRequest")
+    sent = set(vllm.request_extras(4, [1, 2, 3, 4])) | {"prompt", "model", "stream"}
+    assert sent - fields == set()
+
+
+def test_v2_processor_matches_the_release_interface_by_ast(vllm_release):
+    interface = vllm_release.root / V2_DIR / "interface.py"
+    ours = Path(vllm_forcing_v2.__file__)
+    base = method_params(interface, "LogitsProcessor")
+    mine = method_params(ours, "ForcedOutputLogitsProcessorV2")
+    assert abstract_methods(interface, "LogitsProcessor") <= set(mine)
+    for name in set(base) & set(mine):
+        assert mine[name] == base[name], (name, base[name], mine[name])
+    # The loader refuses anything that is not a subclass of the interface module's class; ours
+    # subclasses exactly that import path.
+    loader = parse(vllm_release.root / V2_DIR / "loader.py")
+    imported = {
+        (n.module, a.name)
+        for n in ast.walk(loader)
+        if isinstance(n, ast.ImportFrom)
+        for a in n.names
+    }
+    assert (V2_DIR.replace("/", ".") + ".interface", "LogitsProcessor") in imported
+    mine_imports = {
+        (n.module, a.name)
+        for n in ast.walk(parse(ours))
+        if isinstance(n, ast.ImportFrom)
+        for a in n.names
+    }
+    assert (V2_DIR.replace("/", ".") + ".interface", "LogitsProcessor") in mine_imports
+    # And the adapter picks it for this release.
+    argv = vllm.launch({"model": "m", "vllm_version": vllm_release.version}, "h", 1).argv
+    assert argv[argv.index("--logits-processors") + 1] == vllm_forcing_v2.PROCESSOR_V2_FQCN
+
+
+def test_v2_processor_forces_ids_against_the_real_interface_module(vllm_release):
+    out = subprocess.run(
+        [sys.executable, "-m", "tests.contracts.v2_exercise", str(vllm_release.root)],
+        cwd=REPO, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    got = json.loads(out.stdout)
+    assert got["available"] and got["subclass"] and got["abstract_left"] == []
+    assert got["add"] == [True, False, True]
+    assert got["row0_finite"] == [8] and got["row0_value"] == 0.0  # second forced id of slot 2
+    assert got["row1_unchanged"] and got["row2_all_finite"]  # unforced; id 60 outside the row
+    assert got["recycled"] is False and got["targets_after_recycle"] == [[], []]
+    assert "forced_token_ids[1]" in got["validate"]
+    assert "speculative" in got["speculative"]
+
+
+def test_v1_processor_names_still_exist(vllm_release):
+    """The CPU runner (V1) still loads the V1 processor: its base class and helper are there."""
+    package = vllm_release.root / "vllm/v1/sample/logits_processor"
+    names = {
+        a.asname or a.name
+        for n in ast.walk(parse(package / "__init__.py"))
+        if isinstance(n, ast.ImportFrom)
+        for a in n.names
+    }
+    assert "LogitsProcessor" in names
+    builtin = {
+        n.name for n in ast.walk(parse(package / "builtin.py")) if isinstance(n, ast.FunctionDef)
+    }
+    assert "process_dict_updates" in builtin
+    base = method_params(package / "interface.py", "LogitsProcessor")
+    mine = method_params(Path(vllm_forcing.__file__), "ForcedOutputLogitsProcessor")
+    assert abstract_methods(package / "interface.py", "LogitsProcessor") <= set(mine)
+    assert mine["__init__"] == base["__init__"]
+
+
+def test_v2_runner_switch_and_reset_route_exist(vllm_release):
+    config = (vllm_release.root / "vllm/config/vllm.py").read_text()
+    assert "def use_v2_model_runner" in config and "VLLM_USE_V2_MODEL_RUNNER" in config
+    router = vllm_release.root / "vllm/entrypoints/serve/dev/cache/api_router.py"
+    text = router.read_text()
+    assert '"/reset_prefix_cache"' in text and '"success"' in text
+    assert (vllm_release.root / "vllm/entrypoints/openai/api_server.py").exists()
