@@ -217,6 +217,7 @@ def _import_cases() -> list[Case]:
 
 GOOD = {"t.jsonl": _lines(HEAD, C0, C1), "c.json": _weka(WREQ, WREQ2)["c.json"]}
 RUN = ["run", "--trace", "t.jsonl", "--pool", "1", "--out", "out"]
+SIM = [*RUN, "--engine", "sim"]
 BAD_ARGS: list[tuple[str, list[str], str]] = [
     ("import_out_empty", ["trace", "import", "--from", "weka", "c.json", "-o", ""],
      r"trace import: -o: is empty"),
@@ -243,6 +244,34 @@ BAD_ARGS: list[tuple[str, list[str], str]] = [
                       "--engine", "sim"], r"/proc/x: No such file or directory"),
     ("run_no_target", RUN, r"run: --url/--engine: give exactly one"),
     ("unknown_command", ["bogus"], r"No such command 'bogus'"),
+    # numbers
+    ("run_pool_0", [*SIM[:4], "0", *SIM[5:]], r"run options: pool: must be an integer >= 1"),
+    ("run_gap_scale_nan", [*SIM, "--gap-scale", "nan"], r"run options: gap_scale: must be >= 0"),
+    ("run_timeout_negative", [*RUN, "--url", "http://127.0.0.1:9", "--request-timeout-s", "-5"],
+     r"run options: request_timeout_s: must be > 0"),
+    ("run_max_rps_0", [*RUN, "--url", "http://127.0.0.1:9", "--max-rps", "0"],
+     r"run options: max_rps: must be > 0"),
+    ("run_truncate_0", [*SIM, "--truncate-prompt-tokens", "0"],
+     r"run options: truncate_prompt_tokens: must be >= 1"),
+    ("run_device_nan", [*SIM, "--device-kv-gib", "nan"],
+     r"sim options: --device-kv-gib: must be >= 0, got nan"),
+    ("run_device_tiny", [*SIM, "--device-kv-gib", "0"],
+     r"sim options: --device-kv-gib: holds less than one KV block"),
+    ("run_transport", [*RUN, "--url", "http://127.0.0.1:9", "--transport", "pigeon"],
+     r"run: Invalid value for '--transport'"),
+    ("synth_tasks_negative", ["trace", "synth", "--preset", "swe-agent", "--tasks", "-1", "-o",
+                              "x.jsonl"], r"synth: tasks: must be positive"),
+    ("synth_scale_nan", ["trace", "synth", "--preset", "swe-agent", "--scale", "nan", "-o",
+                         "x.jsonl"], r"synth: scale: must be a positive number, got nan"),
+    ("fold_fraction_2", ["trace", "fold", "t.jsonl", "-o", "f.jsonl", "--fold-fraction", "2"],
+     r"fold: fold_fraction: must be in \(0, 1\]"),
+    ("predict_tiers_words", ["predict", "--trace", "t.jsonl", "--pool", "1", "--model",
+                             "qwen3-coder-30b-a3b", "--tiers-gib", "a,b"],
+     r"predict: Invalid value for --tiers-gib"),
+    ("predict_unknown_model", ["predict", "--trace", "t.jsonl", "--pool", "1", "--model", "x"],
+     r"model: unknown model 'x'"),
+    ("sim_serve_port", ["sim", "serve", "--port", "70000"], r"port: must be in 0\.\.65535"),
+    ("report_missing_dir", ["report", "nope"], r"nope: -: no such results directory"),
 ]  # fmt: skip
 
 
