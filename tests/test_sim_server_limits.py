@@ -52,3 +52,17 @@ def test_refused_request_still_counts_as_a_call_of_its_user():
 
     first, third = asyncio.run(go())
     assert first != third
+
+
+def test_unknown_route_and_wrong_method_are_json_errors():
+    async def go() -> list[tuple[int, str, dict]]:
+        app = build_app(SimConfig.from_options(device_kv_gib=0.5))
+        async with TestClient(TestServer(app, host="127.0.0.1", port=0)) as client:
+            out = []
+            for r in (await client.get("/nope"), await client.get("/v1/completions")):
+                out.append((r.status, r.headers["Content-Type"], await r.json()))
+            return out
+
+    for status, ctype, body in asyncio.run(go()):
+        assert status in (404, 405) and ctype.startswith("application/json")
+        assert body["error"]["code"] == status and body["error"]["message"]
