@@ -137,7 +137,10 @@ class SimServer:
         try:
             self.front.check_lengths(prompt_tokens, max_tokens)
         except RequestFailed as e:
-            raise BadRequest(str(e).removeprefix("http_4xx: "), "max_tokens") from None
+            # name the field at fault: the prompt alone, or what max_tokens adds to it
+            alone = prompt_tokens >= self.engine.max_request_tokens()
+            param = "prompt" if alone else "max_tokens"
+            raise BadRequest(str(e).removeprefix("http_4xx: "), param) from None
 
     def parse(self, body: Any) -> tuple[Seq, np.ndarray, dict]:
         if not isinstance(body, dict):
