@@ -121,6 +121,9 @@ class FaultServer(_LoopThread):
     cached_tokens: int | None = 0  # reported usage.prompt_tokens_details.cached_tokens
     stop_after: int | None = None  # after this many requests, close everything (server gone)
     bind_port: int = 0  # 0: any free port
+    prompt_tokens_offset: int = 0  # added to every reported usage.prompt_tokens
+    send_usage: bool = True  # False: responses carry no `usage` at all
+    models_status: int = 200  # status of GET /v1/models (an error body when not 200)
     seen: list[Seen] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -204,6 +207,10 @@ class FaultServer(_LoopThread):
 
     async def _respond(self, method: str, path: str, body: bytes, w: asyncio.StreamWriter) -> bool:
         """Answer one request; False when the connection must not be reused."""
+        if path == "/v1/models" and method == "GET" and self.models_status != 200:
+            _send_json(w, self.models_status, {"error": {"message": "models unavailable"}})
+            await w.drain()
+            return True
         if path in ("/health", "/v1/models") and method == "GET":
             data = {"object": "list", "data": [{"id": self.model, "object": "model"}]}
             _send_json(w, 200, data if path == "/v1/models" else {"ok": True})
@@ -239,7 +246,7 @@ class FaultServer(_LoopThread):
             return False
         if await self._pause(self.ttft_s):
             return False
-        n_prompt, n_out = seen.prompt_len, seen.max_tokens
+        n_prompt, n_out = seen.prompt_len + self.prompt_tokens_offset, seen.max_tokens
         if fault == "usage_off":
             n_prompt, n_out = n_prompt + 1, n_out - 1
         usage = {"prompt_tokens": n_prompt, "completion_tokens": n_out}
@@ -252,7 +259,10 @@ class FaultServer(_LoopThread):
             return True
         if fault == "no_stream" or not req.get("stream"):
             text = "x" * n_out
-            _send_json(w, 200, {"choices": [{"index": 0, "text": text}], "usage": usage})
+            obj = {"choices": [{"index": 0, "text": text}], "usage": usage}
+            if not self.send_usage:
+                del obj["usage"]
+            _send_json(w, 200, obj)
             seen.t_done = time.monotonic()
             await w.drain()
             return True
@@ -277,7 +287,7 @@ class FaultServer(_LoopThread):
             "choices": [{"index": 0, "text": "x" * max(0, n_out - 1), "finish_reason": "length"}]
         }
         _chunk(w, b"data: " + orjson.dumps(rest) + b"\n\n")
-        if req.get("stream_options", {}).get("include_usage"):
+        if req.get("stream_options", {}).get("include_usage") and self.send_usage:
             _chunk(w, b"data: " + orjson.dumps({"choices": [], "usage": usage}) + b"\n\n")
         _chunk(w, b"data: [DONE]\n\n")
         _chunk(w, b"")

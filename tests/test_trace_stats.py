@@ -104,3 +104,24 @@ def test_empty_gaps_are_none() -> None:
 def test_reuse_oracle_random_seeds(seed: int) -> None:
     t = synth("swe-agent", tasks=2, seed=seed, scale=0.005, max_calls_per_task=5)
     assert abs(trace_stats(t).reuse_fraction - _reuse_oracle(t)) < 1e-12
+
+
+def test_huge_recorded_output_is_never_expanded() -> None:
+    # `output_len: 10**12` died with MemoryError while its stand-in ids were built. Only as much
+    # of an output as a later prompt can hold matters for reuse, so the numbers must equal those
+    # of the same trace with short outputs (stand-ins of a shorter length are a prefix).
+    def trace(out_len: int) -> Trace:
+        return Trace(
+            TraceHeader(vocab_size=1000),
+            [
+                Call("a", 0, 0.0, 0, np.array([1, 2, 3], np.int32), 3, out_len),
+                Call("a", 1, 1.0, 8, np.array([9, 9], np.int32), 10, 2),  # keeps 5 output ids
+                Call("b", 0, 0.0, 0, np.array([4, 5], np.int32), 2, out_len),  # nobody reuses
+            ],
+        )
+
+    huge, small = trace_stats(trace(10**12)), trace_stats(trace(12))
+    assert huge.output_tokens == 2 * 10**12 + 2
+    assert huge.reuse_fraction == _reuse_oracle(trace(12)) == small.reuse_fraction
+    assert huge.reuse_fraction >= 8 / 15
+    assert huge.to_dict() | {"output_tokens": 0} == small.to_dict() | {"output_tokens": 0}

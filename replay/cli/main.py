@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import sys
 
 import click
@@ -33,6 +34,12 @@ def main(argv: list[str] | None = None) -> None:
         rc = cli.main(args=argv, prog_name="replay", standalone_mode=False)
     except click.exceptions.Exit as e:
         sys.exit(e.exit_code)
+    except click.UsageError as e:
+        if "\n" in e.format_message():  # `replay` alone: the help is the message
+            e.show()
+        else:
+            click.echo(_usage_line(e), err=True)
+        sys.exit(e.exit_code)
     except click.ClickException as e:
         e.show()
         sys.exit(e.exit_code)
@@ -45,9 +52,23 @@ def main(argv: list[str] | None = None) -> None:
     except ReplayError as e:
         click.echo(f"replay: {e}", err=True)
         sys.exit(e.exit_code)
+    except OSError as e:
+        # A path the user named that cannot be read or written (--out under /proc, a directory
+        # for a file): one line, exit 2. A full or failing disk is not bad input: exit 1.
+        where = e.filename if e.filename is not None else "-"
+        click.echo(f"replay: {where}: {e.strerror or e}", err=True)
+        sys.exit(1 if e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EIO) else 2)
     # In non-standalone mode click returns an Exit's code instead of raising it.
     if isinstance(rc, int) and rc:
         sys.exit(rc)
+
+
+def _usage_line(e: click.UsageError) -> str:
+    """click's usage error as one line, `replay: COMMAND: why (see --help)`, like our own errors
+    (click prints the usage block, a hint and the error on three)."""
+    path = e.ctx.command_path.removeprefix("replay").strip() if e.ctx is not None else ""
+    where = f"{path}: " if path else ""
+    return f"replay: {where}{e.format_message()} (see --help)"
 
 
 if __name__ == "__main__":

@@ -198,12 +198,20 @@ def command(
 def _run_http(trace, options, out_dir, url, engine_kind, served_model, transport_name):
     from replay.driver.control import served_model as fetch_served_model
     from replay.driver.http import http_transport_factory
+    from replay.driver.http_common import HttpOptions
     from replay.driver.run import run_replay
 
     model = served_model or fetch_served_model(url)
+    warnings = []
+    if model is None:
+        # Servers that serve one model accept requests without `model`; others refuse every call.
+        why = f"GET {HttpOptions(url).root}/v1/models gave no model id"
+        if options.strict:
+            raise ConfigError("run", "--served-model", f"{why}; give --served-model NAME")
+        warnings.append(f"{why}: requests carry no `model` field (give --served-model NAME)")
     factory = http_transport_factory(url, trace, options, transport=transport_name, model=model)
     prov = {"url": url, "engine": engine_kind, "served_model": model, "transport": transport_name}
-    return run_replay(trace, factory, options, out_dir, provenance=prov)
+    return run_replay(trace, factory, options, out_dir, provenance=prov, warnings=warnings)
 
 
 def _run_sim(trace: Trace, options: RunOptions, out_dir: str, simopts: dict[str, Any]) -> dict:

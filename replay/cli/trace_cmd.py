@@ -7,7 +7,7 @@ import sys
 import click
 import orjson
 
-from replay.errors import TraceError
+from replay.errors import ConfigError, TraceError
 
 __all__ = ["command"]
 
@@ -31,6 +31,27 @@ def validate_cmd(file: str) -> None:
         # where click returns an Exit's code instead of exiting with it.
         sys.exit(e.exit_code)
     click.echo(f"{file}: ok: {len(trace.tasks)} tasks, {len(trace)} calls")
+
+
+def _check_out(out: str, cmd: str) -> None:
+    """Refuse an -o that cannot be a file before the (possibly long) work that fills it."""
+    from pathlib import Path
+
+    if not out.strip():
+        raise ConfigError(f"trace {cmd}", "-o", "is empty; give the output file name")
+    if Path(out).is_dir():
+        raise ConfigError(f"trace {cmd}", "-o", f"{out!r} is a directory; give a file name")
+
+
+def _write(trace: object, out: str, cmd: str) -> None:
+    """write_trace with an unwritable place (no such directory, /proc, read-only) as one line."""
+    from replay.trace.io import write_trace
+
+    try:
+        write_trace(trace, out)  # type: ignore[arg-type]
+    except OSError as e:
+        why = e.strerror or str(e)
+        raise ConfigError(f"trace {cmd}", "-o", f"cannot write {out!r}: {why}") from None
 
 
 def _fmt(v: object) -> str:
@@ -79,10 +100,10 @@ def stats_cmd(file: str, as_json: bool) -> None:
 def import_cmd(kind: str, src: tuple[str, ...], out: str, vocab_size: int | None) -> None:
     """Convert recorded traces (SRC files or directories) into one v1 trace file."""
     from replay.trace.importers import import_trace
-    from replay.trace.io import write_trace
 
+    _check_out(out, "import")
     trace = import_trace(kind, list(src), vocab_size=vocab_size)
-    write_trace(trace, out)
+    _write(trace, out, "import")
     click.echo(f"{out}: {len(trace.tasks)} tasks, {len(trace)} calls")
 
 
@@ -108,9 +129,9 @@ def synth_cmd(
     vocab_size: int,
 ) -> None:
     """Write a seeded synthetic trace calibrated to published agent statistics."""
-    from replay.trace.io import write_trace
     from replay.trace.synth import synth
 
+    _check_out(out, "synth")
     trace = synth(
         preset,
         tasks=tasks,
@@ -121,7 +142,7 @@ def synth_cmd(
         max_prompt_tokens=max_prompt_tokens,
         max_calls_per_task=max_calls_per_task,
     )
-    write_trace(trace, out)
+    _write(trace, out, "synth")
     click.echo(
         f"{out}: {len(trace.tasks)} tasks, {len(trace)} calls, {trace.prompt_tokens:,} prompt tokens"
     )
@@ -139,10 +160,11 @@ def synth_cmd(
 def fold_cmd(file: str, out: str, **spec: object) -> None:
     """Rewrite an early part of each task's history from some call on (context folding)."""
     from replay.trace.fold import FoldSpec, fold_trace
-    from replay.trace.io import read_trace, write_trace
+    from replay.trace.io import read_trace
 
+    _check_out(out, "fold")
     trace = fold_trace(read_trace(file), FoldSpec(**spec))  # type: ignore[arg-type]
-    write_trace(trace, out)
+    _write(trace, out, "fold")
     click.echo(
         f"{out}: {len(trace.tasks)} tasks, {len(trace)} calls, {trace.prompt_tokens:,} prompt tokens"
     )

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
 import numpy as np
 import orjson
@@ -55,6 +56,13 @@ class HttpOptions:
     def __post_init__(self) -> None:
         if not self.base_url.startswith(("http://", "https://")):
             raise ValueError(f"base_url must start with http:// or https://, got {self.base_url!r}")
+        try:  # refused here, not by the HTTP client deep inside the run
+            parts = urlsplit(self.base_url)
+            parts.port  # noqa: B018 - parsing the port is the check
+        except ValueError as e:
+            raise ValueError(f"{self.base_url!r} is not a valid URL ({e})") from None
+        if not parts.hostname:
+            raise ValueError(f"{self.base_url!r} names no host")
         if self.limit < 1:
             raise ValueError(f"limit must be >= 1, got {self.limit}")
         if self.request_timeout_s <= 0 or self.connect_timeout_s <= 0:

@@ -575,13 +575,17 @@ class _Pool:
             mismatch = (res.prompt_tokens is not None and res.prompt_tokens != sent) or (
                 res.completion_tokens is not None and res.completion_tokens != req.max_tokens
             )
-            if mismatch and self.opt.strict:
+            # without usage nothing says the server saw the prompt we sent: --strict wants proof
+            unchecked = res.prompt_tokens is None or res.completion_tokens is None
+            if (mismatch or unchecked) and self.opt.strict:
                 error = RequestFailed(
                     "length_mismatch",
                     f"sent {sent} prompt tokens and asked for {req.max_tokens}; server reported "
-                    f"{res.prompt_tokens} and {res.completion_tokens}",
+                    f"{res.prompt_tokens} and {res.completion_tokens}"
+                    + (" (no usage in the response)" if unchecked and not mismatch else ""),
                 )
-                self.stop("failed", f"--strict: length mismatch on {req.task} call {req.call}")
+                what = "length mismatch" if mismatch else "no usage to check lengths"
+                self.stop("failed", f"--strict: {what} on {req.task} call {req.call}")
         if error is not None:
             row["status"] = "error"
             row["error_kind"] = error.kind

@@ -29,6 +29,7 @@ __all__ = [
     "percentile",
     "write_json_atomic",
     "chmod_by_umask",
+    "length_warnings",
 ]
 
 CALL_SCHEMA = pa.schema(
@@ -227,6 +228,12 @@ def summarize(
                 if r.get("completion_tokens") is not None
                 and r["completion_tokens"] != r["max_tokens"]
             ),
+            # ok calls whose server sent no usage: their lengths are unchecked, not matched
+            "usage_missing": sum(
+                1
+                for r in ok
+                if r.get("prompt_tokens_reported") is None or r.get("completion_tokens") is None
+            ),
             "exact_match_rate": float(np.mean(exact)) if exact else None,
             "drift_p50_s": percentile(drift, 50),
             "drift_p99_s": percentile(drift, 99),
@@ -235,4 +242,32 @@ def summarize(
             "error_kinds": kinds,
         }
     )
+    return out
+
+
+def length_warnings(rows: Sequence[Mapping[str, Any]], summary: Mapping[str, Any]) -> list[str]:
+    """One line per kind of unchecked or wrong length in a finished run (empty when all matched).
+
+    A server that counts the prompt differently (another tokenizer, a template around the ids)
+    or that sends no usage did not provably see what the trace says; the numbers of such a run
+    are suspect, so it is said in run.json and on stderr rather than left to a column."""
+    n = summary["calls"]
+    out = []
+    for key, reported, sent, what in (
+        ("prompt_mismatches", "prompt_tokens_reported", "prompt_tokens", "prompt tokens"),
+        ("completion_mismatches", "completion_tokens", "max_tokens", "completion tokens"),
+    ):
+        bad = [r for r in rows if r.get(reported) is not None and r[reported] != r[sent]]
+        if bad:
+            r = bad[0]
+            out.append(
+                f"{summary[key]} of {n} calls: the server reported other {what} than sent "
+                f"(first: {r['task']} call {r['call']}: sent {r[sent]}, reported {r[reported]}); "
+                "--strict fails the run on this"
+            )
+    if summary.get("usage_missing"):
+        out.append(
+            f"{summary['usage_missing']} of {n} calls: the server sent no usage, so their "
+            "prompt and output lengths are unchecked; --strict fails the run on this"
+        )
     return out

@@ -18,7 +18,7 @@ import socket
 import subprocess
 import sys
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -27,7 +27,13 @@ from replay.clock import VirtualTimeLoop
 from replay.driver.alloc import keep_freed_memory
 from replay.driver.options import RunOptions
 from replay.driver.pool import RunControl, RunResult, replay
-from replay.driver.records import JsonlSink, summarize, write_json_atomic, write_parquet
+from replay.driver.records import (
+    JsonlSink,
+    length_warnings,
+    summarize,
+    write_json_atomic,
+    write_parquet,
+)
 from replay.driver.transport import Transport
 from replay.trace.model import Trace
 
@@ -87,6 +93,7 @@ def run_replay(
     virtual: bool = False,
     provenance: Mapping[str, Any] | None = None,
     counters_fn: Callable[[], Mapping[str, Any]] | None = None,
+    warnings: Sequence[str] = (),
 ) -> dict[str, Any]:
     """Replay `trace` and write `out_dir`; return the summary plus `status` and `reason`.
 
@@ -95,13 +102,23 @@ def run_replay(
     calls `options.interrupt_grace_s`, a second cancels them at once; status `interrupted`. A
     signal outside the replay proper is re-raised after the directory is written. `counters_fn()` returns
     server-side canonical counters merged into the summary and written to counters.json.
+    `warnings`: what the caller found before the run (e.g. no served model), reported with the
+    run's own (send drift, lengths the server did not confirm) in the summary and on stderr.
     """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     guard = _SignalGuard()
     with guard:
         summary = _run(
-            trace, transport_factory, options, out, virtual, provenance, counters_fn, guard
+            trace,
+            transport_factory,
+            options,
+            out,
+            virtual,
+            provenance,
+            counters_fn,
+            guard,
+            warnings,
         )
     guard.redeliver()
     return summary
@@ -116,6 +133,7 @@ def _run(
     provenance: Mapping[str, Any] | None,
     counters_fn: Callable[[], Mapping[str, Any]] | None,
     guard: _SignalGuard,
+    early_warnings: Sequence[str],
 ) -> dict[str, Any]:
     jsonl = out / "calls.jsonl"
     jsonl.unlink(missing_ok=True)
@@ -162,7 +180,7 @@ def _run(
     summary["calls_total"] = result.total_calls
     summary["calls_skipped"] = result.skipped_calls
     summary["connection_retries"] = result.connection_retries
-    warnings = []
+    warnings = list(early_warnings)
     drift = summary["drift_p99_s"]
     healthy_end = result.status in ("ok", "errors")
     if not virtual and healthy_end and drift is not None and drift > options.drift_warn_s:
@@ -171,6 +189,7 @@ def _run(
             "the client, not the server, shaped these timings (fewer agents, --transport "
             "raw, or a less busy machine)"
         )
+    warnings.extend(length_warnings(rows, summary))
     summary["warnings"] = warnings
     reason = result.reason
     if reason is None and result.status == "errors":

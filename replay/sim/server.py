@@ -62,6 +62,10 @@ async def _errors(request: web.Request, handler):
         if e.status >= 400:
             return _error(e.status, e.reason or "error")
         raise
+    except (ConnectionResetError, asyncio.CancelledError):
+        raise
+    except Exception as e:  # a bug, not the client's fault: still an OpenAI-shaped JSON error
+        return _error(500, f"simulator server error: {e!r}")
 
 
 def _int_field(body: dict, name: str, default: int | None, lo: int = 0) -> int | None:
@@ -126,6 +130,18 @@ class SimServer:
             "sim_time_seconds": self.runner.clock.now(),
         }
 
+    def check_lengths(self, prompt_tokens: int, max_tokens: int) -> None:
+        """Refuse a request that cannot fit the simulated device or model before anything of its
+        size is allocated: its output ids alone would take 4 bytes a token, and the engine loop
+        shares this process with /health."""
+        try:
+            self.front.check_lengths(prompt_tokens, max_tokens)
+        except RequestFailed as e:
+            # name the field at fault: the prompt alone, or what max_tokens adds to it
+            alone = prompt_tokens >= self.engine.max_request_tokens()
+            param = "prompt" if alone else "max_tokens"
+            raise BadRequest(str(e).removeprefix("http_4xx: "), param) from None
+
     def parse(self, body: Any) -> tuple[Seq, np.ndarray, dict]:
         if not isinstance(body, dict):
             raise BadRequest("request body must be a JSON object")
@@ -156,7 +172,8 @@ class SimServer:
         if not isinstance(so, dict):
             raise BadRequest("`stream_options` must be an object", "stream_options")
         call = self._calls.get(user, 0)
-        self._calls[user] = call + 1
+        self._calls[user] = call + 1  # a refused call still counts: the next one is call + 1
+        self.check_lengths(len(prompt), max_tokens)
         if forced is None:
             forced = output_tokens(user, call, max_tokens, self.front.vocab_size)
         req = CompletionRequest(user, call, prompt, max_tokens, forced_output=forced)

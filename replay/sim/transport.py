@@ -46,23 +46,30 @@ class SimTransport:
             await self._runner.stop()
             self._runner = None
 
+    def check_lengths(self, prompt_tokens: int, max_tokens: int) -> None:
+        """RequestFailed(http_4xx) unless prompt + output fit the simulated device and model.
+
+        Called before anything of the request's size is allocated (its output ids, its keys), so
+        a tiny request asking for 10**9 tokens costs nothing but the answer."""
+        if max_tokens < 0:
+            raise RequestFailed("http_4xx", "max_tokens must be >= 0", 400)
+        limit = self.engine.max_request_tokens()
+        if prompt_tokens + max_tokens > limit:
+            self.engine.c["rejected_requests"] += 1
+            raise RequestFailed(
+                "http_4xx",
+                f"prompt ({prompt_tokens}) + max_tokens ({max_tokens}) exceeds what the simulated "
+                f"device holds ({limit} tokens); raise --device-kv-gib",
+                400,
+            )
+
     def make_seq(self, request: CompletionRequest) -> Seq:
         """Check the request and key its prompt + output; RequestFailed(http_4xx) if invalid."""
         prompt = np.asarray(request.prompt)
         n_out = int(request.max_tokens)
         if len(prompt) == 0:
             raise RequestFailed("http_4xx", "prompt is empty", 400)
-        if n_out < 0:
-            raise RequestFailed("http_4xx", "max_tokens must be >= 0", 400)
-        limit = self.engine.max_request_tokens()
-        if len(prompt) + n_out > limit:
-            self.engine.c["rejected_requests"] += 1
-            raise RequestFailed(
-                "http_4xx",
-                f"prompt ({len(prompt)}) + max_tokens ({n_out}) exceeds what the simulated device "
-                f"holds ({limit} tokens); raise --device-kv-gib",
-                400,
-            )
+        self.check_lengths(len(prompt), n_out)
         out = request.forced_output
         if out is None or len(out) != n_out:  # the trace's stand-ins for (task, call)
             out = output_tokens(request.task, request.call, n_out, self.vocab_size)

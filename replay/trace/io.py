@@ -178,6 +178,8 @@ class _Line:
             raise self.fail(key, "must be an array of 64-bit integers") from None
         if arr.ndim != 1 or arr.dtype.kind not in "iu":
             raise self.fail(key, "must be an array of integers")
+        if bool in set(map(type, v)):  # numpy reads [1, true] as [1, 1]
+            raise self.fail(key, "must be an array of integers, got true/false in it")
         if vocab is not None:
             lo, hi = int(arr.min()), int(arr.max())
             if lo < 0 or hi >= vocab:

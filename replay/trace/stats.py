@@ -8,7 +8,7 @@ at a time, so memory stays at one context.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 
@@ -68,6 +68,29 @@ def _context_prefix(
     return k + common_prefix_len(prompt[k:], prev_out, max(0, start - k))
 
 
+def _outputs_capped(trace: Trace) -> Trace:
+    """`trace` with each output cut to its task's longest prompt, for expanding prompts only.
+
+    No later prompt can reuse more of an output than its own length, so the reuse numbers are
+    the same; but a trace recording `output_len: 10**12` would otherwise have its stand-in
+    output ids (8 bytes each while made) built in full. Stand-ins of a shorter length are a
+    prefix of the longer ones. Returns `trace` itself when nothing needs cutting."""
+    cap = {t: max(c.prompt_len for c in cs) for t, cs in trace.tasks.items()}
+    if all(c.output_len <= cap[c.task] for c in trace.calls):
+        return trace
+    calls = [
+        c
+        if c.output_len <= cap[c.task]
+        else replace(
+            c,
+            output_len=cap[c.task],
+            output=None if c.output is None else c.output[: cap[c.task]],
+        )
+        for c in trace.calls
+    ]
+    return Trace(trace.header, calls, path=trace.path)
+
+
 def _pct(x: np.ndarray, q: float) -> float | None:
     return float(np.percentile(x, q)) if len(x) else None
 
@@ -80,10 +103,11 @@ def trace_stats(trace: Trace) -> TraceStats:
     gaps = np.fromiter((c.gap_s for c in trace.calls if c.index > 0), np.float64)
     unique = sum(c.prompt_len - min(c.keep * unit, c.prompt_len) for c in trace.calls)
     reused = 0
-    for task in trace.tasks:
+    view = _outputs_capped(trace)
+    for task in view.tasks:
         prev_prompt: np.ndarray | None = None
         prev_out = np.empty(0, np.int32)
-        for step in trace.steps(task):
+        for step in view.steps(task):
             c = step.call
             if prev_prompt is not None:
                 # In ids traces the kept tokens are equal by construction; block traces are

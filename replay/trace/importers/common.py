@@ -99,7 +99,19 @@ def token_ids(obj: dict, key: str, file: str, line: int) -> np.ndarray:
         raise TraceError(file, line, key, "missing or not an array of token ids")
     if not v:
         return np.empty(0, np.int32)
-    arr = np.asarray(v)
-    if arr.ndim != 1 or arr.dtype.kind not in "iu" or int(arr.min()) < 0 or int(arr.max()) >= 2**31:
-        raise TraceError(file, line, key, "must be an array of non-negative 32-bit token ids")
-    return arr.astype(np.int32)
+    # `type(t) is int` per element: numpy would read `true` as 1, and raise on nested lists
+    bad = next((i for i, t in enumerate(v) if type(t) is not int or not 0 <= t < 2**31), None)
+    if bad is not None:
+        raise TraceError(
+            file,
+            line,
+            f"{key}[{bad}]",
+            f"is {_show(v[bad])}; token ids are integers in 0 .. 2**31-1",
+        )
+    return np.asarray(v, dtype=np.int32)
+
+
+def _show(v: Any) -> str:
+    """A bad value for an error line, cut short (an array of arrays can be long)."""
+    text = orjson.dumps(v).decode() if v is None or isinstance(v, bool | list | dict) else repr(v)
+    return text if len(text) <= 40 else text[:37] + "..."

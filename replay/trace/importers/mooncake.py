@@ -38,6 +38,7 @@ def import_mooncake(sources: Sequence[str | os.PathLike], vocab_size: int | None
     for path in files:
         file = str(path)
         ns = f"mooncake:{path.stem}"
+        before = len(calls)
         for lineno, obj in iter_jsonl(path):
             ts = obj.get("timestamp")
             if isinstance(ts, bool) or not isinstance(ts, int | float) or ts < 0:
@@ -68,6 +69,8 @@ def import_mooncake(sources: Sequence[str | os.PathLike], vocab_size: int | None
                     ns=ns,
                 )
             )
+        if len(calls) == before:  # a truncated download or a wrong file: not a 0-call trace
+            raise TraceError(file, None, None, "no requests in this file")
     header = TraceHeader(
         tokens="blocks",
         vocab_size=vocab_size or DEFAULT_VOCAB,

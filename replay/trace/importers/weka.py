@@ -56,9 +56,17 @@ class _Sub:
     join: int | None = None
 
 
-def _num(v: object) -> float | None:
-    if v is None or isinstance(v, bool) or not isinstance(v, int | float):
+def _seconds(r: dict, key: str, file: str, where: str, required: bool = False) -> float | None:
+    """A duration or time field: absent (None) unless `required`, else a number >= 0.
+
+    A negative or mistyped time used to be taken as is or dropped: a `duration_ms` of -1e9
+    moved a sub-agent 11 days back and stretched a makespan thirtyfold."""
+    v = r.get(key)
+    if v is None and not required:
         return None
+    if isinstance(v, bool) or not isinstance(v, int | float) or not v >= 0:
+        got = "missing" if v is None else f"is {v!r}"
+        raise TraceError(file, None, f"{where}.{key}", f"{got}; must be a number >= 0")
     return float(v)
 
 
@@ -66,9 +74,8 @@ def _req(r: dict, offset_s: float, file: str, where: str, block_size: int) -> _R
     def bad(key: str, why: str) -> TraceError:
         return TraceError(file, None, f"{where}.{key}", why)
 
-    t = _num(r.get("t"))
-    if t is None:
-        raise bad("t", "missing or not a number")
+    t = _seconds(r, "t", file, where, required=True)
+    assert t is not None
     n_in, n_out = r.get("in"), r.get("out")
     for key, v in (("in", n_in), ("out", n_out)):
         if isinstance(v, bool) or not isinstance(v, int) or v < 0:
@@ -81,18 +88,32 @@ def _req(r: dict, offset_s: float, file: str, where: str, block_size: int) -> _R
     assert isinstance(n_in, int) and isinstance(n_out, int)
     if not (len(hashes) - 1) * block_size < n_in < (len(hashes) + 1) * block_size:
         raise bad("hash_ids", f"{len(hashes)} blocks of {block_size} do not cover in={n_in}")
-    api = _num(r.get("api_time"))
+    api = _seconds(r, "api_time", file, where)
     start = offset_s + t
     return _Req(
         start_s=start,
         end_s=start + (api if api is not None else 0.0),
-        think_s=_num(r.get("think_time")),
+        think_s=_seconds(r, "think_time", file, where),
         in_tokens=n_in,
         out_tokens=n_out,
         hash_ids=hashes,
-        ttft_s=_num(r.get("ttft")),
+        ttft_s=_seconds(r, "ttft", file, where),
         where=where,
     )
+
+
+def _check_order(reqs: list[_Req], file: str) -> None:
+    """Requests must be in time order: the importer pairs each with the one before it (prefix
+    kept, think time), so a shuffled file would import as a different conversation."""
+    for a, b in zip(reqs, reqs[1:], strict=False):
+        if b.start_s < a.start_s:
+            raise TraceError(
+                file,
+                None,
+                f"{b.where}.t",
+                f"starts before {a.where} ({b.start_s:g} s < {a.start_s:g} s); "
+                "requests must be in time order",
+            )
 
 
 def _calls(
@@ -138,6 +159,7 @@ def _conversation(path: Path, data: dict, task: str, block_size: int) -> list[Ca
     ns = task if data.get("hash_id_scope", "local") == "local" else "weka"
     parent_reqs: list[_Req] = []
     subs: list[_Sub] = []
+    agents: dict[str, str] = {}  # sub-agent id -> where it was first seen
     for i, r in enumerate(reqs):
         where = f"requests[{i}]"
         if not isinstance(r, dict):
@@ -145,23 +167,32 @@ def _conversation(path: Path, data: dict, task: str, block_size: int) -> list[Ca
         if r.get("type") != "subagent":
             parent_reqs.append(_req(r, 0.0, file, where, block_size))
             continue
-        t_end = _num(r.get("t"))
-        if t_end is None:
-            raise TraceError(file, None, f"{where}.t", "missing or not a number")
+        t_end = _seconds(r, "t", file, where, required=True)
+        assert t_end is not None
         inner = r.get("requests")
         if not isinstance(inner, list) or not inner:
             raise TraceError(file, None, f"{where}.requests", "missing or empty")
-        dur_ms = _num(r.get("duration_ms"))
+        dur_ms = _seconds(r, "duration_ms", file, where)
         # Without duration_ms, take `t` as the start and its requests' span as the duration.
         start = t_end - dur_ms / 1000.0 if dur_ms is not None else t_end
         sub_reqs = [
             _req(q, start, file, f"{where}.requests[{j}]", block_size) for j, q in enumerate(inner)
         ]
+        _check_order(sub_reqs, file)
         end = t_end if dur_ms is not None else max(q.end_s for q in sub_reqs)
         agent = str(r.get("agent_id") or f"agent_{len(subs) + 1:03d}")
+        if agent in agents:
+            raise TraceError(
+                file,
+                None,
+                f"{where}.agent_id",
+                f"{agent!r} is also {agents[agent]}'s; sub-agent ids must be unique",
+            )
+        agents[agent] = where
         subs.append(_Sub(agent, start, end, sub_reqs))
     if not parent_reqs:
         raise TraceError(file, None, "requests", "no parent requests")
+    _check_order(parent_reqs, file)
     for s in subs:
         ended = [i for i, p in enumerate(parent_reqs) if p.end_s <= s.start_s + _TOL_S]
         started = [i for i, p in enumerate(parent_reqs) if p.start_s <= s.start_s]

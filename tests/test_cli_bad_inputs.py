@@ -1,0 +1,356 @@
+"""No input reachable from the CLI ends in a Python traceback: a corpus of bad traces, bad
+importer inputs and bad command-line arguments, each refused with exit 2 and one line saying
+`FILE:LINE: field: why`, `FILE: key.path: why` or `replay: COMMAND: option: why`.
+
+The cases are data: (name, files to write, argv, the pattern its one line must match). They run
+in one interpreter through the real entry point (tests/cli_batch.py, as the console script does),
+and a handful again as real `replay` subprocesses.
+"""
+
+from __future__ import annotations
+
+import gzip
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import NamedTuple
+
+import orjson
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+Files = dict[str, bytes]
+
+
+class Case(NamedTuple):
+    name: str
+    files: Files
+    argv: list[str]
+    pattern: str  # regex the single line of output must match (`replay: ` prefix optional)
+
+
+def _lines(*objs: object) -> bytes:
+    return b"".join((o if isinstance(o, bytes) else orjson.dumps(o)) + b"\n" for o in objs)
+
+
+def _gz(data: bytes) -> bytes:
+    return gzip.compress(data, mtime=0)
+
+
+# ------------------------------------------------------------------------------- v1 traces
+
+HEAD = {"format": "replay-trace", "version": 1, "tokens": "ids", "vocab_size": 100}
+BHEAD = {"format": "replay-trace", "version": 1, "tokens": "blocks", "vocab_size": 100,
+         "block_size": 4}  # fmt: skip
+C0 = {"task": "a", "call": 0, "gap_s": 0.0, "keep": 0, "append": [1, 2, 3], "output_len": 2}
+C1 = {"task": "a", "call": 1, "gap_s": 1.0, "keep": 5, "append": [4], "output_len": 2}
+B0 = {"task": "b", "call": 0, "gap_s": 0.0, "keep": 0, "append": [7], "output_len": 2}
+
+
+def _trace(*calls: object, head: object = HEAD) -> Files:
+    return {"t.jsonl": _lines(head, *calls)}
+
+
+def _with(base: dict, **kw: object) -> dict:
+    out = dict(base, **kw)
+    return {k: v for k, v in out.items() if v is not _DROP}
+
+
+_DROP = object()
+
+# (name, files, FILE:LINE: field pattern)
+BAD_TRACES: list[tuple[str, Files, str]] = [
+    ("empty_file", {"t.jsonl": b""}, r"t\.jsonl:1: -: empty file"),
+    ("not_json", {"t.jsonl": b"{not json\n"}, r"t\.jsonl:1: -: invalid JSON"),
+    ("header_is_array", {"t.jsonl": b"[1]\n"}, r"t\.jsonl:1: -: line must be a JSON object"),
+    ("format_wrong", _trace(C0, head=_with(HEAD, format="x")), r"t\.jsonl:1: format: "),
+    ("version_2", _trace(C0, head=_with(HEAD, version=2)), r"t\.jsonl:1: version: "),
+    ("vocab_1", _trace(C0, head=_with(HEAD, vocab_size=1)), r"t\.jsonl:1: vocab_size: "),
+    ("vocab_true", _trace(C0, head=_with(HEAD, vocab_size=True)), r"t\.jsonl:1: vocab_size: "),
+    ("tokens_bytes", _trace(C0, head=_with(HEAD, tokens="bytes")), r"t\.jsonl:1: tokens: "),
+    ("header_unknown", _trace(C0, head=_with(HEAD, colour=1)), r"t\.jsonl:1: colour: unknown"),
+    ("blocks_no_size", _trace(C0, head=_with(BHEAD, block_size=_DROP)), r":1: block_size: "),
+    ("meta_list", _trace(C0, head=_with(HEAD, meta=[1])), r"t\.jsonl:1: meta: "),
+    ("call_not_json", {"t.jsonl": _lines(HEAD) + b'{"task": \n'}, r"t\.jsonl:2: -: invalid JSON"),
+    ("call_no_task", _trace(_with(C0, task=_DROP)), r"t\.jsonl:2: task: "),
+    ("call_task_empty", _trace(_with(C0, task="")), r"t\.jsonl:2: task: "),
+    ("call_index_gap", _trace(_with(C0, call=1)), r"t\.jsonl:2: call: "),
+    ("call_index_repeat", _trace(C0, _with(C1, call=0)), r"t\.jsonl:3: call: "),
+    ("gap_negative", _trace(_with(C0, gap_s=-1)), r"t\.jsonl:2: gap_s: "),
+    ("gap_string", _trace(_with(C0, gap_s="1")), r"t\.jsonl:2: gap_s: "),
+    (
+        "gap_nan",
+        {"t.jsonl": _lines(HEAD) + b'{"task":"a","call":0,"gap_s":NaN}\n'},
+        r"t\.jsonl:2: gap_s: must be a finite",
+    ),
+    ("keep_negative", _trace(_with(C0, keep=-1)), r"t\.jsonl:2: keep: "),
+    ("keep_past_context", _trace(C0, _with(C1, keep=9)), r"t\.jsonl:3: keep: "),
+    ("append_over_vocab", _trace(_with(C0, append=[1, 100])), r"t\.jsonl:2: append"),
+    ("append_true", _trace(_with(C0, append=[1, True])), r"t\.jsonl:2: append"),
+    ("append_ragged", _trace(_with(C0, append=[[1], 2])), r"t\.jsonl:2: append"),
+    ("append_missing", _trace(_with(C0, append=_DROP)), r"t\.jsonl:2: append: "),
+    ("prompt_len_wrong", _trace(_with(C0, prompt_len=9)), r"t\.jsonl:2: prompt_len: "),
+    ("output_len_negative", _trace(_with(C0, output_len=-1)), r"t\.jsonl:2: output_len: "),
+    ("output_len_vs_output", _trace(_with(C0, output=[1])), r"t\.jsonl:2: output_len: "),
+    ("after_unknown", _trace(C0, _with(C1, after=[["z", 0]])), r"t\.jsonl:3: after: "),
+    ("after_own_task", _trace(C0, _with(C1, after=[["a", 0]])), r"t\.jsonl:3: after: "),
+    ("parent_on_call_1", _trace(B0, C0, _with(C1, parent=["b", 0])), r"t\.jsonl:4: parent: "),
+    ("parent_unknown", _trace(_with(C0, parent=["z", 0])), r"t\.jsonl:2: parent: "),
+    ("at_negative", _trace(_with(C0, at_s=-1)), r"t\.jsonl:2: at_s: "),
+    ("tail_gap_not_last", _trace(_with(C0, tail_gap_s=1), C1), r"t\.jsonl:2: tail_gap_s: "),
+    ("call_unknown_field", _trace(_with(C0, colour=1)), r"t\.jsonl:2: colour: unknown"),
+    ("recorded_list", _trace(_with(C0, recorded=[1])), r"t\.jsonl:2: recorded: "),
+    ("recorded_string", _trace(_with(C0, recorded={"start_s": "x"})), r":2: recorded\.start_s: "),
+    (
+        "dependency_cycle",
+        _trace(C0, _with(C1, after=[["b", 0]]), _with(B0, after=[["a", 1]])),
+        r"t\.jsonl:\d: after: dependency cycle",
+    ),
+    ("gzip_corrupt", {"t.jsonl.gz": _gz(_lines(HEAD, C0))[:30]}, r"t\.jsonl\.gz:\d+: -: "),
+    ("blocks_do_not_fit", _trace(_with(C0, prompt_len=99), head=BHEAD), r":2: prompt_len: "),
+]
+
+
+def _trace_cases() -> list[Case]:
+    cases = []
+    for name, files, pattern in BAD_TRACES:
+        path = next(iter(files))
+        cases.append(Case(f"validate-{name}", files, ["trace", "validate", path], pattern))
+    # the same reader guards stats and run: a sample through each
+    for name, files, pattern in BAD_TRACES[::5]:
+        path = next(iter(files))
+        cases.append(Case(f"stats-{name}", files, ["trace", "stats", path], pattern))
+        run = ["run", "--trace", path, "--pool", "1", "--out", "out", "--engine", "sim"]
+        cases.append(Case(f"run-{name}", files, run, pattern))
+    return cases
+
+
+# ------------------------------------------------------------------------------- importers
+
+TL = {"task_id": "t", "start_time": 0, "end_time": 1, "prompt_token_ids": [1, 2],
+      "generated_token_ids": [3]}  # fmt: skip
+MC = {"timestamp": 0, "input_length": 600, "output_length": 4, "hash_ids": [1, 2]}
+WREQ = {"t": 0, "in": 100, "out": 5, "hash_ids": [1], "api_time": 1.0, "think_time": 0.0}
+WREQ2 = {"t": 5, "in": 130, "out": 5, "hash_ids": [1, 2], "api_time": 1.0, "think_time": 1.0}
+WSUB = {"type": "subagent", "agent_id": "s", "t": 4, "duration_ms": 1000,
+        "requests": [{"t": 0, "in": 100, "out": 5, "hash_ids": [9], "api_time": 0.5}]}  # fmt: skip
+
+
+def _weka(*reqs: object, **head: object) -> Files:
+    return {"c.json": orjson.dumps({"id": "c", "block_size": 64, "requests": list(reqs), **head})}
+
+
+def _ea(*rows: object, head: object = None) -> Files:
+    first = head if head is not None else {"instance_id": "t1"}
+    return {"ea/t1.jsonl.gz": _gz(_lines(first, *rows))}
+
+
+EA_ROW = {"seq": 0, "gap_before_s": 0, "prompt_shared": 0, "prompt_suffix": [1, 2],
+          "prompt_len": 2, "output": [3]}  # fmt: skip
+
+# (importer, name, files, source argument, pattern)
+BAD_IMPORTS: list[tuple[str, str, Files, str, str]] = [
+    ("tokenlog", "ragged_prompt", {"l.jsonl": _lines(_with(TL, prompt_token_ids=[[1, 2], [3]]))},
+     "l.jsonl", r"l\.jsonl:1: prompt_token_ids\[0\]: is \[1,2\]; token ids are integers"),
+    ("tokenlog", "true_token", {"l.jsonl": _lines(_with(TL, generated_token_ids=[1, True]))},
+     "l.jsonl", r"l\.jsonl:1: generated_token_ids\[1\]: is true"),
+    ("tokenlog", "negative_token", {"l.jsonl": _lines(_with(TL, prompt_token_ids=[-1]))},
+     "l.jsonl", r"l\.jsonl:1: prompt_token_ids\[0\]: is -1"),
+    ("tokenlog", "huge_token", {"l.jsonl": _lines(_with(TL, prompt_token_ids=[2**40]))},
+     "l.jsonl", r"l\.jsonl:1: prompt_token_ids\[0\]: is 1099511627776"),
+    ("tokenlog", "end_before_start", {"l.jsonl": _lines(_with(TL, end_time=-1))},
+     "l.jsonl", r"l\.jsonl:1: end_time: "),
+    ("tokenlog", "no_task", {"l.jsonl": _lines(_with(TL, task_id=_DROP))},
+     "l.jsonl", r"l\.jsonl:1: task_id: missing"),
+    ("tokenlog", "start_string", {"l.jsonl": _lines(_with(TL, start_time="0"))},
+     "l.jsonl", r"l\.jsonl:1: start_time: has the wrong type"),
+    ("tokenlog", "empty_log", {"l.jsonl": b"\n"}, "l.jsonl", r"l\.jsonl: -: no requests"),
+    ("tokenlog", "bad_json", {"l.jsonl": b"{\n"}, "l.jsonl", r"l\.jsonl:1: -: invalid JSON"),
+    ("efficientagent", "ragged_suffix", _ea(_with(EA_ROW, prompt_suffix=[[1], [2, 3]])),
+     "ea", r"ea/t1\.jsonl\.gz:2: prompt_suffix\[0\]: is \[1\]"),
+    ("efficientagent", "true_in_output", _ea(_with(EA_ROW, output=[True])),
+     "ea", r"ea/t1\.jsonl\.gz:2: output\[0\]: is true"),
+    ("efficientagent", "no_header", _ea(EA_ROW, head={"seq": 0}),
+     "ea", r"ea/t1\.jsonl\.gz:1: instance_id: missing"),
+    ("efficientagent", "seq_not_increasing", _ea(EA_ROW, EA_ROW),
+     "ea", r"ea/t1\.jsonl\.gz:3: seq: "),
+    ("efficientagent", "gap_negative", _ea(_with(EA_ROW, gap_before_s=-1)),
+     "ea", r"ea/t1\.jsonl\.gz:2: gap_before_s: "),
+    ("efficientagent", "header_only", _ea(), "ea", r"ea/t1\.jsonl\.gz: -: task has a header"),
+    ("weka", "negative_t", _weka(_with(WREQ, t=-3), WREQ2),
+     "c.json", r"c\.json: requests\[0\]\.t: is -3; must be a number >= 0"),
+    ("weka", "negative_api_time", _weka(_with(WREQ, api_time=-3), WREQ2),
+     "c.json", r"c\.json: requests\[0\]\.api_time: is -3; "),
+    ("weka", "string_think_time", _weka(WREQ, _with(WREQ2, think_time="2")),
+     "c.json", r"c\.json: requests\[1\]\.think_time: is '2'; "),
+    ("weka", "negative_duration_ms", _weka(WREQ, _with(WSUB, duration_ms=-1e9), WREQ2),
+     "c.json", r"c\.json: requests\[1\]\.duration_ms: is -1000000000\.0; "),
+    ("weka", "unsorted_requests", _weka(WREQ2, WREQ),
+     "c.json", r"c\.json: requests\[1\]\.t: starts before requests\[0\] .* time order"),
+    ("weka", "duplicate_agent_id", _weka(WREQ, WSUB, _with(WSUB, t=4.5), WREQ2),
+     "c.json", r"c\.json: requests\[2\]\.agent_id: 's' is also requests\[1\]'s; .* unique"),
+    ("weka", "hash_ids_short", _weka(_with(WREQ, hash_ids=[])),
+     "c.json", r"c\.json: requests\[0\]\.hash_ids: 0 blocks"),
+    ("weka", "block_size_zero", _weka(WREQ, block_size=0), "c.json", r"c\.json: block_size: "),
+    ("weka", "not_an_object", {"c.json": b"[]"}, "c.json", r"c\.json: -: a WEKA trace is one"),
+    ("mooncake", "empty_file", {"m.jsonl": b""}, "m.jsonl", r"m\.jsonl: -: no requests"),
+    ("mooncake", "timestamp_negative", {"m.jsonl": _lines(_with(MC, timestamp=-1))},
+     "m.jsonl", r"m\.jsonl:1: timestamp: "),
+    ("mooncake", "hash_ids_strings", {"m.jsonl": _lines(_with(MC, hash_ids=["a", "b"]))},
+     "m.jsonl", r"m\.jsonl:1: hash_ids: must be integers"),
+    ("mooncake", "blocks_do_not_cover", {"m.jsonl": _lines(_with(MC, input_length=5000))},
+     "m.jsonl", r"m\.jsonl:1: hash_ids: 2 blocks do not cover 5000"),
+]  # fmt: skip
+
+
+def _import_cases() -> list[Case]:
+    return [
+        Case(f"import-{kind}-{name}", files, ["trace", "import", "--from", kind, src, "-o", "o.jsonl"],
+             pattern)
+        for kind, name, files, src, pattern in BAD_IMPORTS
+    ]  # fmt: skip
+
+
+# --------------------------------------------------------------------- command-line arguments
+
+GOOD = {"t.jsonl": _lines(HEAD, C0, C1), "c.json": _weka(WREQ, WREQ2)["c.json"]}
+RUN = ["run", "--trace", "t.jsonl", "--pool", "1", "--out", "out"]
+SIM = [*RUN, "--engine", "sim"]
+BAD_ARGS: list[tuple[str, list[str], str]] = [
+    ("import_out_empty", ["trace", "import", "--from", "weka", "c.json", "-o", ""],
+     r"trace import: -o: is empty"),
+    ("import_out_proc", ["trace", "import", "--from", "weka", "c.json", "-o", "/proc/x"],
+     r"trace import: -o: cannot write '/proc/x': "),
+    ("import_out_dir", ["trace", "import", "--from", "weka", "c.json", "-o", "."],
+     r"trace import: Invalid value for '-o' / '--out': .* is a directory"),
+    ("import_unknown_kind", ["trace", "import", "--from", "x", "c.json", "-o", "o.jsonl"],
+     r"trace import: Invalid value for '--from'"),
+    ("import_missing_source", ["trace", "import", "--from", "weka", "nope.json", "-o", "o.jsonl"],
+     r"trace import: Invalid value for 'SRC\.\.\.': Path 'nope\.json' does not exist"),
+    ("synth_out_proc", ["trace", "synth", "--preset", "swe-agent", "--tasks", "1", "-o",
+                        "/proc/x"], r"trace synth: -o: cannot write"),
+    ("fold_out_empty", ["trace", "fold", "t.jsonl", "-o", ""], r"trace fold: -o: is empty"),
+    ("validate_missing", ["trace", "validate", "nope.jsonl"], r"nope\.jsonl: -: cannot open"),
+    ("run_url_ipv6_open", [*RUN, "--url", "http://[::1"],
+     r"run: --url: 'http://\[::1' is not a valid URL"),
+    ("run_url_port", [*RUN, "--url", "http://h:99999"], r"run: --url: .* not a valid URL"),
+    ("run_url_no_host", [*RUN, "--url", "http://"], r"run: --url: 'http://' names no host"),
+    ("run_url_scheme", [*RUN, "--url", "ftp://x"], r"run: --url: "),
+    ("run_pool_word", ["run", "--trace", "t.jsonl", "--pool", "two", "--out", "o", "--engine",
+                       "sim"], r"run: Invalid value for '--pool'"),
+    ("run_out_proc", ["run", "--trace", "t.jsonl", "--pool", "1", "--out", "/proc/x/y",
+                      "--engine", "sim"], r"/proc/x: No such file or directory"),
+    ("run_no_target", RUN, r"run: --url/--engine: give exactly one"),
+    ("unknown_command", ["bogus"], r"No such command 'bogus'"),
+    # numbers
+    ("run_pool_0", [*SIM[:4], "0", *SIM[5:]], r"run options: pool: must be an integer >= 1"),
+    ("run_gap_scale_nan", [*SIM, "--gap-scale", "nan"], r"run options: gap_scale: must be >= 0"),
+    ("run_timeout_negative", [*RUN, "--url", "http://127.0.0.1:9", "--request-timeout-s", "-5"],
+     r"run options: request_timeout_s: must be > 0"),
+    ("run_max_rps_0", [*RUN, "--url", "http://127.0.0.1:9", "--max-rps", "0"],
+     r"run options: max_rps: must be > 0"),
+    ("run_truncate_0", [*SIM, "--truncate-prompt-tokens", "0"],
+     r"run options: truncate_prompt_tokens: must be >= 1"),
+    ("run_device_nan", [*SIM, "--device-kv-gib", "nan"],
+     r"sim options: --device-kv-gib: must be >= 0, got nan"),
+    ("run_device_tiny", [*SIM, "--device-kv-gib", "0"],
+     r"sim options: --device-kv-gib: holds less than one KV block"),
+    ("run_transport", [*RUN, "--url", "http://127.0.0.1:9", "--transport", "pigeon"],
+     r"run: Invalid value for '--transport'"),
+    ("synth_tasks_negative", ["trace", "synth", "--preset", "swe-agent", "--tasks", "-1", "-o",
+                              "x.jsonl"], r"synth: tasks: must be positive"),
+    ("synth_scale_nan", ["trace", "synth", "--preset", "swe-agent", "--scale", "nan", "-o",
+                         "x.jsonl"], r"synth: scale: must be a positive number, got nan"),
+    ("fold_fraction_2", ["trace", "fold", "t.jsonl", "-o", "f.jsonl", "--fold-fraction", "2"],
+     r"fold: fold_fraction: must be in \(0, 1\]"),
+    ("predict_tiers_words", ["predict", "--trace", "t.jsonl", "--pool", "1", "--model",
+                             "qwen3-coder-30b-a3b", "--tiers-gib", "a,b"],
+     r"predict: Invalid value for --tiers-gib"),
+    ("predict_unknown_model", ["predict", "--trace", "t.jsonl", "--pool", "1", "--model", "x"],
+     r"model: unknown model 'x'"),
+    ("sim_serve_port", ["sim", "serve", "--port", "70000"], r"port: must be in 0\.\.65535"),
+    ("report_missing_dir", ["report", "nope"], r"nope: -: no such results directory"),
+]  # fmt: skip
+
+
+def _arg_cases() -> list[Case]:
+    return [Case(f"args-{name}", GOOD, argv, pattern) for name, argv, pattern in BAD_ARGS]
+
+
+CASES = _trace_cases() + _import_cases() + _arg_cases()
+
+
+# ----------------------------------------------------------------------------------- runner
+
+
+def _prepare(case: Case, base: Path) -> Path:
+    d = base / case.name
+    for rel, data in case.files.items():
+        p = d / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_bytes(data)
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
+def _check(case: Case, code: int, out: str, err: str) -> None:
+    text = (out + err).strip()
+    shown = f"{case.name}: exit {code}\n{text}"
+    assert "Traceback" not in text, shown
+    assert code == 2, shown
+    assert text.count("\n") == 0, shown
+    line = text.removeprefix("replay: ")
+    assert re.search(case.pattern, line), f"{shown}\n  does not match {case.pattern!r}"
+
+
+def test_the_corpus_is_large_and_every_name_is_unique():
+    assert len(CASES) >= 60
+    assert len({c.name for c in CASES}) == len(CASES)
+
+
+@pytest.fixture(scope="module")
+def batch_results(tmp_path_factory) -> dict[str, dict]:
+    base = tmp_path_factory.mktemp("corpus")
+    jobs = [{"cwd": str(_prepare(c, base)), "argv": c.argv} for c in CASES]
+    cp = subprocess.run(
+        [sys.executable, "-m", "tests.cli_batch"],
+        input=orjson.dumps(jobs),
+        capture_output=True,
+        cwd=ROOT,
+        timeout=300,
+    )
+    assert cp.returncode == 0, cp.stderr.decode()
+    results = orjson.loads(cp.stdout)
+    return {c.name: r for c, r in zip(CASES, results, strict=True)}
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
+def test_bad_input_is_one_line_and_exit_2(case: Case, batch_results):
+    r = batch_results[case.name]
+    _check(case, r["code"], r["out"], r["err"])
+
+
+# A few through the console script itself, in their own processes (no shared interpreter state).
+REAL_PROCESS = [
+    "import-tokenlog-ragged_prompt",
+    "import-weka-duplicate_agent_id",
+    "import-mooncake-empty_file",
+    "args-run_url_ipv6_open",
+    "args-import_out_proc",
+    "validate-append_true",
+    "run-empty_file",
+]
+
+
+@pytest.mark.parametrize("name", REAL_PROCESS)
+def test_real_replay_process(name: str, tmp_path):
+    case = next(c for c in CASES if c.name == name)
+    d = _prepare(case, tmp_path)
+    replay = Path(sys.executable).with_name("replay")
+    argv: list[str] = (
+        [str(replay)] if replay.exists() else [sys.executable, "-m", "replay.cli.main"]
+    )
+    cp = subprocess.run([*argv, *case.argv], capture_output=True, text=True, cwd=d, timeout=120)
+    _check(case, cp.returncode, cp.stdout, cp.stderr)
