@@ -1,4 +1,4 @@
-"""Predictions fed a simulated run's own call times match the simulator's counters (issue 5).
+"""Predictions fed a simulated run's own call times match the simulator's counters.
 
 The simulator runs write-through, `all` admission and a pure LRU host tier; the model gets the
 run's schedule (lookup at `t_send`, prefill end at `t_first_token`, end at `t_end`) and must land
