@@ -18,7 +18,7 @@ _GENERATED = {DOCS / "paper.md"}
 
 
 def _pages() -> list[Path]:
-    return [REPO / "README.md", *sorted(DOCS.glob("*.md"))]
+    return [REPO / "README.md", REPO / "results" / "README.md", *sorted(DOCS.glob("*.md"))]
 
 
 @pytest.mark.parametrize("page", _pages(), ids=lambda p: str(p.relative_to(REPO)))
@@ -43,6 +43,8 @@ def test_nothing_cites_what_a_reader_of_the_repo_cannot_see():
     files = [
         *REPO.glob("*.md"),
         *DOCS.glob("*.md"),
+        *(REPO / "traces").glob("*.md"),
+        *(REPO / "results").glob("*.md"),
         *(REPO / "replay").rglob("*.py"),
         *(REPO / "tests").rglob("*.py"),
         *(REPO / "benchmarks").rglob("*.py"),
