@@ -1,6 +1,6 @@
 """Sweeps through real subprocesses and loopback HTTP: the simulator's server per run.
 
-Covers the sweep's acceptance tests: 3 tier sizes x 2 repeats end to end; a server killed mid-run
+Covers the issue's acceptance tests: 3 tier sizes x 2 repeats end to end; a server killed mid-run
 (run marked failed, sweep goes on, no process left, checked by PID); Ctrl-C then resume.
 """
 
