@@ -1,4 +1,4 @@
-"""The EfficientAgent study's published numbers, as data with their sources (issue 10).
+"""The EfficientAgent study's published numbers, as data with their sources.
 
 Each `Published` entry is one claim of the study that `replay.paper` sets beside our runs. Values
 are the study's as printed (minutes, GiB per tensor-parallel rank, tokens, fractions); `source`
@@ -13,7 +13,7 @@ __all__ = ["Published", "PUBLISHED", "STUDY", "published"]
 
 STUDY = (
     "EfficientAgent study: H20, Qwen3-Coder-30B-A3B-Instruct BF16, TP8, 16 SWE-agent tasks at "
-    "once, vLLM + LMCache with a host KV tier per rank (issue 10 of this project quotes it)"
+    "once, vLLM + LMCache with a host KV tier per rank"
 )
 
 

@@ -14,9 +14,11 @@ from hypothesis import strategies as st
 
 from replay.driver.http import DEFAULT_TRANSPORT, TRANSPORTS, http_transport_factory
 from replay.driver.http_common import (
+    ErrorMap,
     HttpOptions,
     PromptEncoder,
     SseAccumulator,
+    StaleConnection,
     build_body,
     prompt_json,
 )
@@ -193,6 +195,40 @@ def test_each_fault_maps_to_its_error_kind(name, fault):
     assert res.completion_tokens == 7
 
 
+def _words(e: RequestFailed, url: str) -> str:
+    """An error message without the library's own words (the parenthesised tail)."""
+    return str(e).replace(url, "URL").split(" (", 1)[0]
+
+
+@pytest.mark.parametrize("fault", [*sorted(FAULT_KINDS), "refused"])
+def test_every_transport_words_each_fault_the_same(fault):
+    """One error map: a fault gives the same kind and the same words whatever client sent the
+    request (only the library's own detail, in parentheses, differs)."""
+    words = {}
+    for name in TRANSPORT_NAMES:
+        with FaultServer(faults={("a", 0): fault} if fault != "refused" else {}) as srv:
+            url = srv.url if fault != "refused" else f"http://127.0.0.1:{free_port()}"
+            with pytest.raises(RequestFailed) as e:
+                _complete(name, url, _req(), request_timeout_s=0.3)
+        words[name] = (e.value.kind, type(e.value).__name__, _words(e.value, url))
+    assert len(set(words.values())) == 1, words
+    if fault == "refused":
+        assert words[TRANSPORT_NAMES[0]][1] == "ConnectionRefused"  # the pool's retry signal
+
+
+def test_error_map_rejects_an_unknown_class_and_leaves_unknown_exceptions_alone():
+    with pytest.raises(ValueError, match="unknown error classes"):
+        ErrorMap(((OSError, "gremlins"),))
+    errors = ErrorMap(((ConnectionError, "lost"),))
+    opts = HttpOptions("http://h:1")
+    assert errors.error(KeyError("bug"), opts) is None  # a bug propagates, it is not a fault
+    # a lost connection: resendable only when neither written whole nor answered
+    assert isinstance(errors.error(ConnectionError(), opts, written_whole=False), StaleConnection)
+    for answered, whole in [(True, False), (False, True), (True, True)]:
+        err = errors.error(ConnectionError(), opts, answered=answered, written_whole=whole)
+        assert isinstance(err, RequestFailed) and err.kind == "connection"
+
+
 @pytest.mark.parametrize("name", TRANSPORT_NAMES)
 def test_plain_json_response_is_accepted_without_ttft(name):
     with FaultServer(faults={("a", 0): "no_stream"}) as srv:
@@ -318,39 +354,80 @@ def test_drift_above_10ms_warns_that_the_client_shaped_the_run(tmp_path, capsys)
     assert all(t - sends[0] >= k * 0.05 - 1e-3 for k, t in enumerate(sends))
 
 
-@pytest.mark.parametrize("name", ["aiohttp", "raw"])
+# larger than the loopback socket buffers: a request this size is still being written when the
+# server resets the connection after reading its head
+_HUGE_PROMPT_TOKENS = 2_500_000
+
+
+async def _answer_sse(ex) -> bool:
+    payload = sse_body(len(orjson.loads(ex.body)["prompt"]), 7)
+    ex.writer.write(
+        b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
+        b"content-length: %d\r\n\r\n%s" % (len(payload), payload)
+    )
+    return True
+
+
+@pytest.mark.parametrize("name", TRANSPORT_NAMES)
 def test_request_cut_off_while_being_written_is_sent_once_more(name):
     """The server resets the connection after the request's head, before its body: it cannot
-    have acted on the request, so the transport sends it again on a fresh connection, once.
-    (The body is larger than the loopback socket buffers, so it is still being written.)"""
-    n_tokens = 2_500_000
-
-    async def script(ex) -> bool:
-        payload = sse_body(n_tokens, 7)
-        ex.writer.write(
-            b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
-            b"content-length: %d\r\n\r\n%s" % (len(payload), payload)
-        )
-        return True
-
-    with ScriptServer(script, reset_after_head=lambda conn, n: conn == 0) as srv:
-        res = _complete(name, srv.url, _req(n=n_tokens), request_timeout_s=30)
-    assert res.prompt_tokens == n_tokens and res.completion_tokens == 7
+    have acted on the request, so the transport sends it again on a fresh connection, once."""
+    with ScriptServer(_answer_sse, reset_after_head=lambda conn, n: conn == 0) as srv:
+        res = _complete(name, srv.url, _req(n=_HUGE_PROMPT_TOKENS), request_timeout_s=30)
+    assert res.prompt_tokens == _HUGE_PROMPT_TOKENS and res.completion_tokens == 7
     assert res.extra.get("stale_connection_retries") == 1
     assert srv.resets_after_head == 1 and srv.opened == 2
     assert [e.conn_id for e in srv.exchanges] == [1]  # run once, on the second connection
 
 
-@pytest.mark.parametrize("prompt_tokens", [50, 2_500_000])
-def test_aiohttp_does_not_resend_a_request_written_whole(prompt_tokens):
+@pytest.mark.parametrize("name", TRANSPORT_NAMES)
+def test_dead_keep_alive_connection_is_resent_once(name):
+    """A kept-alive connection dies as it is reused: the server answered the first request on
+    it, kept it open, and resets it the moment the second request's head arrives (the request
+    is still being written). Every transport sends that request once more, on a new connection,
+    and the server runs it exactly once."""
+
+    async def main():
+        t = TRANSPORTS[name](HttpOptions(srv.url, model="m", request_timeout_s=30))
+        await t.start()
+        try:
+            first = await t.complete(_req(n=50))
+            second = await t.complete(_req(n=_HUGE_PROMPT_TOKENS))
+            return first, second
+        finally:
+            await t.close()
+
+    with ScriptServer(_answer_sse, reset_after_head=lambda conn, n: (conn, n) == (0, 1)) as srv:
+        first, second = asyncio.run(main())
+    assert "stale_connection_retries" not in first.extra
+    assert second.prompt_tokens == _HUGE_PROMPT_TOKENS
+    assert second.extra.get("stale_connection_retries") == 1
+    assert srv.resets_after_head == 1 and srv.opened == 2
+    # the first request on the kept-alive connection, the second once, on the new one
+    assert [(e.conn_id, e.on_conn) for e in srv.exchanges] == [(0, 0), (1, 0)]
+
+
+@pytest.mark.parametrize("name", TRANSPORT_NAMES)
+def test_two_dead_connections_in_a_row_fail_the_request(name):
+    """The resend is once: a request whose second connection dies the same way fails."""
+    always = ScriptServer(_answer_sse, reset_after_head=lambda conn, n: True)
+    with always as srv, pytest.raises(RequestFailed) as e:
+        _complete(name, srv.url, _req(n=_HUGE_PROMPT_TOKENS), request_timeout_s=30)
+    assert e.value.kind == "connection" and "connection lost" in str(e.value)
+    assert srv.resets_after_head == 2 and srv.exchanges == []
+
+
+@pytest.mark.parametrize("name", TRANSPORT_NAMES)
+@pytest.mark.parametrize("prompt_tokens", [50, _HUGE_PROMPT_TOKENS])
+def test_a_request_written_whole_is_not_resent(name, prompt_tokens):
     """The server read the whole request and closed without answering: it may have acted on it,
-    so no second send (the raw transport's twin is in test_driver_raw.py)."""
+    so no second send."""
 
     async def script(ex) -> bool:
         return False
 
     with ScriptServer(script) as srv, pytest.raises(RequestFailed) as e:
-        _complete("aiohttp", srv.url, _req(n=prompt_tokens), request_timeout_s=30)
+        _complete(name, srv.url, _req(n=prompt_tokens), request_timeout_s=30)
     assert e.value.kind == "connection"
     assert len(srv.exchanges) == 1 and srv.opened == 1
 

@@ -1,4 +1,4 @@
-"""Closed form and offload economics against the published numbers (EfficientAgent study, issue 5)."""
+"""Closed form and offload economics against the published numbers (EfficientAgent study)."""
 
 import math
 

@@ -1,4 +1,4 @@
-"""Batch-aware service times and the pre-registered ranges of the working-set model (issue 10).
+"""Batch-aware service times and the pre-registered ranges of the working-set model.
 
 The mechanism: a call decoding next to others (or with a long context) streams more bytes per step
 than a lone sequence's weights, so it stays in flight longer; its task's next call then looks up

@@ -1,4 +1,4 @@
-"""Predictions fed a simulated run's own call times match the simulator's counters (issue 5).
+"""Predictions fed a simulated run's own call times match the simulator's counters.
 
 The simulator runs write-through, `all` admission and a pure LRU host tier; the model gets the
 run's schedule (lookup at `t_send`, prefill end at `t_first_token`, end at `t_end`) and must land
@@ -20,8 +20,9 @@ from replay.model.run_order import read_run_schedule
 from replay.sim.options import SimConfig
 from replay.sim.transport import SimTransport
 from replay.trace.synth import synth
+from tests.shared_data import SHARED, require_shared
 
-WEKA = Path(__file__).resolve().parents[2] / "shared" / "traces" / "weka"
+WEKA = SHARED / "traces" / "weka"
 COUNTERS = ("computed_prefill_tokens", "host_restore_tokens")
 
 
@@ -84,9 +85,8 @@ def test_synthetic_swe_agent_pool_16(small_swe_agent, host_gib, tmp_path):
 @pytest.fixture(scope="module")
 def weka_sessions():
     names = ["0002", "0044", "0255", "0365", "0471", "0277"]
+    require_shared(*(f"traces/weka/trace_{n}.json" for n in names))
     files = [WEKA / f"trace_{n}.json" for n in names]
-    if not all(f.is_file() for f in files):
-        pytest.skip(f"WEKA traces not found under {WEKA}")
     from replay.trace.importers import import_trace
 
     return import_trace("weka", [str(f) for f in files])

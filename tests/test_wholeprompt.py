@@ -50,7 +50,7 @@ def test_config_is_validated():
 
 
 def test_issue_scenario_prompt_a_then_six_others_then_a():
-    """The hand check of issue 9: 2 slots, A, six other 1000-token prompts, A again: nothing is
+    """The hand check: 2 slots, A, six other 1000-token prompts, A again: nothing is
     reused with the tier off or at 5 MiB (2 MiB entries, oldest first out), 999 tokens at 256 MiB."""
     a = ids(0, 1000)
     others = [ids(10_000 * (k + 1), 1000) for k in range(6)]

@@ -1,8 +1,8 @@
 """HTTP transport on aiohttp: one session per run, keep-alive, connection limit = pool size.
 
 At 1,024 agents it keeps send drift in the low milliseconds where httpx's connection pool does
-not; the default is the raw transport, which spends less CPU per call (docs/driver.md). aiohttp errors are translated here into
-`RequestFailed` kinds; nothing aiohttp-specific leaves this module.
+not; the default is the raw transport, which spends less CPU per call (docs/driver.md). aiohttp's
+errors are mapped by `_ERRORS` (the shared `ErrorMap`); nothing aiohttp-specific leaves this module.
 """
 
 from __future__ import annotations
@@ -10,20 +10,22 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
-from collections.abc import AsyncIterator
 
 import aiohttp
 
 from replay.driver.http_common import (
     COMPLETIONS_PATH,
     MODELS_PATH,
+    ErrorMap,
     HttpOptions,
     PromptEncoder,
     SseAccumulator,
+    StaleConnection,
+    TrackedBody,
     build_body,
     http_status_error,
     parse_json,
-    refused,
+    resend_once,
 )
 from replay.driver.transport import CompletionRequest, CompletionResult
 from replay.errors import RequestFailed
@@ -31,6 +33,19 @@ from replay.errors import RequestFailed
 __all__ = ["AiohttpTransport"]
 
 _HEADERS = {"Content-Type": "application/json", "Accept": "text/event-stream"}
+# aiohttp's exceptions, most specific first (ClientConnectorError is a ClientOSError, the
+# timeouts are OSErrors too)
+_ERRORS = ErrorMap(
+    (
+        (aiohttp.ConnectionTimeoutError, "connect_timeout"),
+        (aiohttp.ClientConnectorError, "connect"),
+        ((TimeoutError, aiohttp.ServerTimeoutError), "timeout"),
+        (aiohttp.ClientPayloadError, "cut"),
+        ((aiohttp.ClientOSError, aiohttp.ServerDisconnectedError, ConnectionError), "lost"),
+        (aiohttp.ClientResponseError, "malformed"),
+        (aiohttp.ClientError, "other"),
+    )
+)
 
 
 class AiohttpTransport:
@@ -94,23 +109,15 @@ class AiohttpTransport:
         body = build_body(self.options.model, request, parts)
         try:
             return await self._post(body)
-        except _StaleConnection:
-            # The server closed a kept-alive connection as we reused it (cpp-httplib and others
-            # close idle or well-used connections): it never got this request, so sending it
-            # once more on a fresh connection cannot double the server's work.
-            try:
-                result = await self._post(body)
-            except _StaleConnection as e:
-                raise RequestFailed("connection", f"connection lost: {e.__cause__!r}") from None
-            result.extra["stale_connection_retries"] = 1
-            return result
+        except StaleConnection:
+            return await resend_once(self._post, body)
 
     async def _post(self, body: bytes) -> CompletionResult:
         assert self._session is not None
         loop = asyncio.get_running_loop()
         acc = SseAccumulator()
         got_response = False
-        upload = _Upload(body)
+        upload = TrackedBody(body)
         headers = {**_HEADERS, "Content-Length": str(len(body))}
         try:
             async with self._session.post(self._url, data=upload.chunks(), headers=headers) as resp:
@@ -128,47 +135,10 @@ class AiohttpTransport:
                 return acc.result(loop.time(), streamed)
         except RequestFailed:
             raise
-        except aiohttp.ClientConnectorError as e:
-            if isinstance(e.os_error, ConnectionRefusedError):
-                raise refused(self._url, str(e.os_error)) from None
-            raise RequestFailed("connection", f"cannot connect to {self._url}: {e}") from None
-        except (TimeoutError, aiohttp.ServerTimeoutError):
-            raise RequestFailed(
-                "timeout", f"no complete response within {self.options.request_timeout_s:g} s"
-            ) from None
-        except aiohttp.ClientPayloadError as e:
-            raise RequestFailed("connection", f"response body cut off: {e}") from None
-        except (aiohttp.ClientOSError, aiohttp.ServerDisconnectedError, ConnectionError) as e:
-            if not got_response and not upload.done:
-                raise _StaleConnection() from e
-            raise RequestFailed("connection", f"connection lost: {e!r}") from None
-        except aiohttp.ClientResponseError as e:
-            raise RequestFailed("malformed", f"bad HTTP response: {e}") from None
-        except aiohttp.ClientError as e:
-            raise RequestFailed("connection", f"{type(e).__name__}: {e}") from None
-
-
-class _StaleConnection(Exception):
-    """The connection died before the whole request body was written and before any response:
-    the server cannot have acted on a request it never read to the end."""
-
-
-class _Upload:
-    """The request body as an async iterable, so that the transport knows how far aiohttp got:
-    it asks for the next piece only after writing the previous one. The last byte goes out alone,
-    after `done` is set: while `done` is false the server cannot have read the whole request
-    (Content-Length framing), so it cannot have acted on it, and a resend is safe."""
-
-    _PIECE_BYTES = 1 << 20
-
-    def __init__(self, body: bytes) -> None:
-        self.body = body
-        self.done = False
-
-    async def chunks(self) -> AsyncIterator[memoryview]:
-        view = memoryview(self.body)
-        last = len(view) - 1
-        for i in range(0, last, self._PIECE_BYTES):
-            yield view[i : min(i + self._PIECE_BYTES, last)]
-        self.done = True
-        yield view[last:]
+        except Exception as e:
+            error = _ERRORS.error(
+                e, self.options, answered=got_response, written_whole=upload.whole
+            )
+            if error is None:
+                raise
+            raise error from None

@@ -1,6 +1,7 @@
 """HTTP transport on httpx (the project card's library; also used for control-plane calls).
 
-Same requests and error classes as the aiohttp transport. Not the default: httpcore 1.0.x re-scans
+Same requests, error map (`_ERRORS`, the shared `ErrorMap`) and resend rule as the other
+transports. Not the default: httpcore 1.0.x re-scans
 its whole connection pool on every request start and finish, which at hundreds of connections makes
 the client, not the server, shape the send times (docs/driver.md has the numbers).
 """
@@ -9,19 +10,24 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import AsyncIterable
+from typing import cast
 
 import httpx
 
 from replay.driver.http_common import (
     COMPLETIONS_PATH,
     MODELS_PATH,
+    ErrorMap,
     HttpOptions,
     PromptEncoder,
     SseAccumulator,
+    StaleConnection,
+    TrackedBody,
     build_body,
     http_status_error,
     parse_json,
-    refused,
+    resend_once,
 )
 from replay.driver.transport import CompletionRequest, CompletionResult
 from replay.errors import RequestFailed
@@ -29,6 +35,17 @@ from replay.errors import RequestFailed
 __all__ = ["HttpxTransport"]
 
 _HEADERS = {"Content-Type": "application/json", "Accept": "text/event-stream"}
+# httpx's exceptions, most specific first (ConnectTimeout is a TimeoutException)
+_ERRORS = ErrorMap(
+    (
+        (httpx.ConnectTimeout, "connect_timeout"),
+        (httpx.ConnectError, "connect"),
+        ((TimeoutError, httpx.TimeoutException), "timeout"),
+        ((httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError), "lost"),
+        (httpx.DecodingError, "malformed"),
+        (httpx.HTTPError, "other"),
+    )
+)
 
 
 class HttpxTransport:
@@ -81,14 +98,28 @@ class HttpxTransport:
             raise RuntimeError("HttpxTransport.complete() before start()")
         parts = self._encoder.encode(request.task, request.prompt) if self._encoder else None
         body = build_body(self.options.model, request, parts)
+        try:
+            return await self._post(body)
+        except StaleConnection:
+            return await resend_once(self._post, body)
+
+    async def _post(self, body: bytes) -> CompletionResult:
+        assert self._client is not None
         loop = asyncio.get_running_loop()
         acc = SseAccumulator()
+        got_response = False
+        upload = TrackedBody(body)
+        # an explicit length keeps the iterable body out of chunked encoding
+        headers = {**_HEADERS, "Content-Length": str(len(body))}
         try:
             # httpx's timeouts are per read; the whole-request limit is the option's meaning
             async with asyncio.timeout(self.options.request_timeout_s):
+                # memoryview pieces (no copy of the body): h11 joins what it sends as bytes-likes
+                content = cast(AsyncIterable[bytes], upload.chunks())
                 async with self._client.stream(
-                    "POST", self._url, content=body, headers=_HEADERS
+                    "POST", self._url, content=content, headers=headers
                 ) as resp:
+                    got_response = True
                     if resp.status_code >= 400:
                         raise http_status_error(resp.status_code, await resp.aread())
                     ctype = resp.headers.get("content-type", "")
@@ -102,28 +133,10 @@ class HttpxTransport:
                     return acc.result(loop.time(), streamed)
         except RequestFailed:
             raise
-        except httpx.ConnectError as e:
-            if _is_refused(e):
-                raise refused(self._url, str(e)) from None
-            raise RequestFailed("connection", f"cannot connect to {self._url}: {e}") from None
-        except (TimeoutError, httpx.TimeoutException):
-            raise RequestFailed(
-                "timeout", f"no complete response within {self.options.request_timeout_s:g} s"
-            ) from None
-        except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError) as e:
-            raise RequestFailed("connection", f"connection lost: {e!r}") from None
-        except httpx.DecodingError as e:
-            raise RequestFailed("malformed", f"undecodable response: {e}") from None
-        except httpx.HTTPError as e:
-            raise RequestFailed("connection", f"{type(e).__name__}: {e}") from None
-
-
-def _is_refused(e: BaseException) -> bool:
-    seen = 0
-    cur: BaseException | None = e
-    while cur is not None and seen < 8:
-        if isinstance(cur, ConnectionRefusedError):
-            return True
-        cur = cur.__cause__ or cur.__context__
-        seen += 1
-    return "refused" in str(e).lower() or "errno 111" in str(e).lower()
+        except Exception as e:
+            error = _ERRORS.error(
+                e, self.options, answered=got_response, written_whole=upload.whole
+            )
+            if error is None:
+                raise
+            raise error from None

@@ -6,8 +6,9 @@ speaks just the HTTP/1.1 a replay uses: one POST with a Content-Length body, wri
 `writelines` of the header bytes and the body parts (no join of a 0.6 MB prompt here); the response
 (Content-Length, chunked, or read to close) is parsed by httptools' C parser and fed straight to
 `SseAccumulator`. Connections are kept alive in a pool of at most `HttpOptions.limit`, reused last
-in, first out. Error kinds are those of the aiohttp transport; nothing from httptools or the socket
-layer leaves this module.
+in, first out. Errors while connecting go through the shared `ErrorMap` (`_CONNECT_ERRORS`); the
+parser and the protocol callbacks raise the same kinds and words directly; nothing from httptools
+or the socket layer leaves this module.
 """
 
 from __future__ import annotations
@@ -25,13 +26,19 @@ import httptools
 from replay.driver.http_common import (
     COMPLETIONS_PATH,
     MODELS_PATH,
+    ErrorMap,
     HttpOptions,
     PromptEncoder,
     SseAccumulator,
+    StaleConnection,
+    bad_response,
     body_parts,
+    cut_off,
     http_status_error,
+    lost,
     parse_json,
-    refused,
+    resend_once,
+    timed_out,
 )
 from replay.driver.transport import CompletionRequest, CompletionResult
 from replay.errors import RequestFailed
@@ -45,6 +52,14 @@ _PEEK_FLAGS = socket.MSG_PEEK | socket.MSG_DONTWAIT
 # asyncio's selector transport joins what `writelines` gets before Python 3.12
 _JOINING_WRITELINES = sys.version_info < (3, 12) and hasattr(socket.socket, "sendmsg")
 _MAX_PARTS = 512  # well under IOV_MAX (1024); PromptEncoder keeps prompts to ~256 parts
+# what `create_connection` raises, most specific first (SSLError and ConnectionError are OSErrors)
+_CONNECT_ERRORS = ErrorMap(
+    (
+        (TimeoutError, "connect_timeout"),
+        ((ssl.SSLError, ssl.CertificateError), "tls"),
+        (OSError, "connect"),
+    )
+)
 
 
 def _rest(chunks: list, sent_bytes: int) -> list:
@@ -55,11 +70,6 @@ def _rest(chunks: list, sent_bytes: int) -> list:
             return [memoryview(c)[sent_bytes:], *chunks[i + 1 :]]
         sent_bytes -= n
     return []
-
-
-class _StaleConnection(Exception):
-    """The peer closed the connection before it had the whole request; it cannot have acted on
-    it, so the request may be sent once more on a fresh connection."""
 
 
 class _Connection(asyncio.Protocol):
@@ -119,9 +129,9 @@ class _Connection(asyncio.Protocol):
             if isinstance(cause, RequestFailed):
                 self._fail(cause)
             else:
-                self._fail(RequestFailed("malformed", f"bad HTTP response: {cause or e}"))
+                self._fail(bad_response(repr(cause or e)))
         except httptools.HttpParserError as e:
-            self._fail(RequestFailed("malformed", f"bad HTTP response: {e}"))
+            self._fail(bad_response(repr(e)))
 
     def resume_writing(self) -> None:
         self._written_all = True
@@ -142,11 +152,11 @@ class _Connection(asyncio.Protocol):
 
     def _lost_error(self, exc: Exception | None) -> BaseException:
         if not self._got_bytes and not self._written_all:
-            return _StaleConnection(repr(exc) if exc else "closed by peer")
+            return StaleConnection(repr(exc) if exc else "closed by peer")
+        why = repr(exc) if exc else "closed by the server"
         if self._got_bytes:
-            return RequestFailed("connection", "connection lost: response cut off")
-        why = repr(exc) if exc else "server closed the connection without answering"
-        return RequestFailed("connection", f"connection lost: {why}")
+            return cut_off(why)
+        return lost(why)
 
     # --- httptools callbacks -----------------------------------------------------------------
 
@@ -211,7 +221,7 @@ class _Connection(asyncio.Protocol):
         timer = loop.call_at(deadline_s, self._timed_out)
         try:
             if self.lost:
-                raise _StaleConnection("closed before the request was written")
+                raise StaleConnection("closed before the request was written")
             transport = self.transport
             assert transport is not None
             self._write(transport, chunks)
@@ -256,11 +266,7 @@ class _Connection(asyncio.Protocol):
         transport.writelines(chunks)
 
     def _timed_out(self) -> None:
-        self._fail(
-            RequestFailed(
-                "timeout", f"no complete response within {self.pool.request_timeout_s:g} s"
-            )
-        )
+        self._fail(timed_out(self.pool.request_timeout_s))
 
     def _fail(self, error: RequestFailed) -> None:
         """Fail the exchange in flight and drop the connection (its stream is out of step)."""
@@ -397,17 +403,10 @@ class RawConnectionPool:
             else:
                 self._open -= 1
                 self._wake_one(None)
-            url = self.options.root
-            if isinstance(e, ConnectionRefusedError):
-                raise refused(url, str(e)) from None
-            if isinstance(e, TimeoutError):
-                why = f"could not connect to {url} within {timeout_s:g} s"
-                raise RequestFailed("timeout", why) from None
-            if isinstance(e, ssl.SSLError | ssl.CertificateError):
-                raise RequestFailed("connection", f"TLS handshake with {url} failed: {e}") from None
-            if isinstance(e, OSError):
-                raise RequestFailed("connection", f"cannot connect to {url}: {e}") from None
-            raise
+            error = _CONNECT_ERRORS.error(e, self.options, connect_timeout_s=timeout_s)
+            if error is None:
+                raise
+            raise error from None
         if self.closed:
             conn.abort()
             raise RequestFailed("cancelled", "transport closed while connecting")
@@ -503,7 +502,7 @@ class RawTransport:
         conns: list[_Connection] = []
 
         async def one() -> None:
-            with contextlib.suppress(RequestFailed, _StaleConnection, OSError, TimeoutError):
+            with contextlib.suppress(RequestFailed, StaleConnection, OSError, TimeoutError):
                 conn = await pool._connect(deadline_s)
                 try:
                     await conn.exchange([self._get_models], None, deadline_s)
@@ -534,17 +533,8 @@ class RawTransport:
         deadline_s = self._pool.loop.time() + self.options.request_timeout_s
         try:
             return await self._send(chunks, deadline_s)
-        except _StaleConnection:
-            # The server closed the connection before it had our whole request (a keep-alive
-            # connection it closed just as we reused it, or a write that hit its reset): a server
-            # acts on a completion request only once it has read the whole body, so this one was
-            # never run, and sending it once more on a fresh connection cannot double its work.
-            try:
-                result = await self._send(chunks, deadline_s)
-            except _StaleConnection as e:
-                raise RequestFailed("connection", f"connection lost: {e}") from None
-            result.extra["stale_connection_retries"] = 1
-            return result
+        except StaleConnection:
+            return await resend_once(self._send, chunks, deadline_s)
 
     async def _send(self, chunks: list, deadline_s: float) -> CompletionResult:
         pool = self._pool

@@ -2,8 +2,8 @@
 
 An adapter knows how to launch its server (argv list + environment, never a shell string), when it
 is ready, how to empty its prefix cache, which extra request fields force outputs, and how its
-Prometheus metrics map onto the canonical counters of DESIGN.md. A counter the engine does not
-expose maps to None, never 0.
+Prometheus metrics map onto the canonical counters (docs/architecture.md). A counter the engine
+does not expose maps to None, never 0.
 """
 
 from __future__ import annotations

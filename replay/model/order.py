@@ -9,7 +9,7 @@ not see each other's not-yet-stored chunks.
 - `trace_schedule`: calls one after another in trace order (arrival order for open-loop traces).
   For a task-ordered file that is a pool of one.
 - `closed_loop_schedule`: the driver's closed loop played in virtual time for `pool` slots, with a
-  simple service-time model standing in for the server (DESIGN.md's pool semantics: slots take
+  simple service-time model standing in for the server (the driver pool's rules: slots take
   root tasks in trace order; a call waits for its task's previous call, its `after` calls and its
   gap; sub-agents start when their spawning call ends and take no slot).
 - a recorded run's times (`t_send`, `t_first_token`, `t_end` of its calls): read at the edge by

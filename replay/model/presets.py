@@ -1,8 +1,9 @@
 """Hardware and model presets: the published numbers the cost model and the working-set model use.
 
 Every number carries its source in `source`; docs/simulator.md tabulates them. Capacities and bytes
-per token are per tensor-parallel rank (DESIGN.md). A hardware preset may stand for a group of cards
-priced as one (`explainer-4xa100`). Unknown names raise ConfigError listing the valid keys.
+per token are per tensor-parallel rank, as the study gives them. A hardware preset may stand for a
+group of cards priced as one (`explainer-4xa100`). Unknown names raise ConfigError listing the
+valid keys.
 """
 
 from __future__ import annotations

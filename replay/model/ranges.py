@@ -53,7 +53,7 @@ __all__ = [
 # per-call service-time noise of the perturbed schedules (the paper sweeps' engine jitter)
 RANGE_JITTER = 0.05
 RANGE_SEEDS = 8
-# work -> schedule -> work: two rounds settle the computed prefill to ~0.1% (issue 10 notes)
+# work -> schedule -> work: two rounds settle the computed prefill to ~0.1% (docs/model.md, lab notes)
 QUEUE_ITERATIONS = 2
 
 RANGE_QUANTITIES = (

@@ -492,7 +492,7 @@ class SimEngine:
             self.host.clear()
 
     def counters(self) -> dict[str, int]:
-        """Canonical counters of DESIGN.md plus the simulator's extras (cumulative)."""
+        """Canonical counters (docs/architecture.md) plus the simulator's extras (cumulative)."""
         c = dict(self.c)
         if self.host is not None:
             c["chunks_written"] = self.host.chunks_written

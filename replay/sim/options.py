@@ -151,7 +151,7 @@ def _default(name: str) -> Any:
     return _D[name].default
 
 
-# (flag, field, click kwargs): the SIMOPTS surface of DESIGN.md plus the simulator's own knobs.
+# (flag, field, click kwargs): the README's SIMOPTS plus the simulator's own knobs.
 _OPTIONS: list[tuple[str, dict[str, Any]]] = [
     ("--hardware", {"help": "hardware preset (see docs/simulator.md)"}),
     ("--model", {"help": "model preset"}),

@@ -220,63 +220,7 @@ def build_app(config: SimConfig) -> web.Application:
     app.on_cleanup.append(on_cleanup)
 
     async def completions(request: web.Request) -> web.StreamResponse:
-        raw = await request.read()
-        try:
-            body = orjson.loads(raw)
-        except orjson.JSONDecodeError as e:
-            raise BadRequest(f"body is not valid JSON: {e}") from None
-        seq, out_ids, opts = srv.parse(body)
-        loop = asyncio.get_running_loop()
-        first = loop.create_future()
-        done = loop.create_future()
-        seq.on_first = lambda s: settle(first)
-        seq.on_done = lambda s: settle(done)
-        seq.on_fail = lambda s, e: settle(done, e)
-        try:
-            srv.runner.submit(seq)
-        except RuntimeError as e:
-            return _error(500, str(e))
-        rid = f"cmpl-{uuid.uuid4().hex[:24]}"
-        created = int(time.time())
-        head = {"id": rid, "object": "text_completion", "created": created, "model": opts["model"]}
-
-        def choice(ids: np.ndarray, finish: str | None) -> dict:
-            c: dict[str, Any] = {"index": 0, "text": _text(ids), "logprobs": None}
-            c["finish_reason"] = finish
-            if opts["token_ids"]:
-                c["token_ids"] = [int(i) for i in ids]
-            return c
-
-        if not opts["stream"]:
-            try:
-                await done
-            except Exception as e:
-                return _error(500, f"simulator engine failed: {e!r}")
-            obj = dict(head, choices=[choice(out_ids, "length")], usage=_usage(seq))
-            return web.Response(body=orjson.dumps(obj), content_type="application/json")
-        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
-        await resp.prepare(request)
-
-        async def send(obj: dict | str) -> None:
-            data = obj if isinstance(obj, str) else orjson.dumps(obj).decode()
-            await resp.write(f"data: {data}\n\n".encode())
-
-        try:
-            await asyncio.wait([first, done], return_when=asyncio.FIRST_COMPLETED)
-            if first.done() and len(out_ids):
-                await send(dict(head, choices=[choice(out_ids[:1], None)]))
-            await done
-            rest = out_ids[1:] if first.done() and len(out_ids) else out_ids
-            await send(dict(head, choices=[choice(rest, "length")]))
-            if opts["include_usage"]:
-                await send(dict(head, choices=[], usage=_usage(seq)))
-            await send("[DONE]")
-        except (ConnectionResetError, asyncio.CancelledError):
-            raise
-        except Exception as e:  # the engine failed mid-stream: say so in the stream
-            await send({"error": {"message": f"simulator engine failed: {e!r}", "code": 500}})
-        await resp.write_eof()
-        return resp
+        return await _completions(srv, request)
 
     async def models(request: web.Request) -> web.Response:
         data = {
@@ -304,6 +248,82 @@ def build_app(config: SimConfig) -> web.Application:
     app.router.add_get("/metrics", metrics)
     app.router.add_post("/reset_prefix_cache", reset)
     return app
+
+
+async def _completions(srv: SimServer, request: web.Request) -> web.StreamResponse:
+    """POST /v1/completions: check the request, hand it to the engine, answer with one JSON
+    object or an event stream once the engine has run it."""
+    raw = await request.read()
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError as e:
+        raise BadRequest(f"body is not valid JSON: {e}") from None
+    seq, out_ids, opts = srv.parse(body)
+    loop = asyncio.get_running_loop()
+    first = loop.create_future()
+    done = loop.create_future()
+    seq.on_first = lambda s: settle(first)
+    seq.on_done = lambda s: settle(done)
+    seq.on_fail = lambda s, e: settle(done, e)
+    try:
+        srv.runner.submit(seq)
+    except RuntimeError as e:
+        return _error(500, str(e))
+    rid = f"cmpl-{uuid.uuid4().hex[:24]}"
+    created = int(time.time())
+    head = {"id": rid, "object": "text_completion", "created": created, "model": opts["model"]}
+    if not opts["stream"]:
+        try:
+            await done
+        except Exception as e:
+            return _error(500, f"simulator engine failed: {e!r}")
+        obj = dict(head, choices=[_choice(out_ids, "length", opts)], usage=_usage(seq))
+        return web.Response(body=orjson.dumps(obj), content_type="application/json")
+    return await _stream(request, head, seq, out_ids, opts, first, done)
+
+
+def _choice(ids: np.ndarray, finish: str | None, opts: dict) -> dict:
+    c: dict[str, Any] = {"index": 0, "text": _text(ids), "logprobs": None}
+    c["finish_reason"] = finish
+    if opts["token_ids"]:
+        c["token_ids"] = [int(i) for i in ids]
+    return c
+
+
+async def _stream(
+    request: web.Request,
+    head: dict,
+    seq: Seq,
+    out_ids: np.ndarray,
+    opts: dict,
+    first: asyncio.Future,
+    done: asyncio.Future,
+) -> web.StreamResponse:
+    """The event stream of one request: the first token when the engine emits it, the rest
+    when the sequence is done, then usage (if asked) and [DONE]."""
+    resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+    await resp.prepare(request)
+
+    async def send(obj: dict | str) -> None:
+        data = obj if isinstance(obj, str) else orjson.dumps(obj).decode()
+        await resp.write(f"data: {data}\n\n".encode())
+
+    try:
+        await asyncio.wait([first, done], return_when=asyncio.FIRST_COMPLETED)
+        if first.done() and len(out_ids):
+            await send(dict(head, choices=[_choice(out_ids[:1], None, opts)]))
+        await done
+        rest = out_ids[1:] if first.done() and len(out_ids) else out_ids
+        await send(dict(head, choices=[_choice(rest, "length", opts)]))
+        if opts["include_usage"]:
+            await send(dict(head, choices=[], usage=_usage(seq)))
+        await send("[DONE]")
+    except (ConnectionResetError, asyncio.CancelledError):
+        raise
+    except Exception as e:  # the engine failed mid-stream: say so in the stream
+        await send({"error": {"message": f"simulator engine failed: {e!r}", "code": 500}})
+    await resp.write_eof()
+    return resp
 
 
 def _write_atomic(path: Path, text: str) -> None:

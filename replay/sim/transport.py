@@ -111,5 +111,5 @@ class SimTransport:
         return asyncio.get_running_loop().time()
 
     def counters(self) -> dict[str, int]:
-        """Canonical counters of DESIGN.md plus extras, cumulative since construction."""
+        """Canonical counters (docs/architecture.md) plus extras, cumulative since construction."""
         return self.engine.counters()

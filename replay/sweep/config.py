@@ -42,7 +42,7 @@ RUN_KEYS = frozenset({
     "request_timeout_s", "connect_timeout_s", "server_gone_grace_s", "interrupt_grace_s",
     "progress", "forcing", "truncate_prompt_tokens", "drift_warn_s", "transport",
 })  # fmt: skip
-# Matrix keys named by the issue; any other engine option may be swept too (validated per engine).
+# Matrix keys the sweep knows by name; any other engine option may be swept too (validated per engine).
 MATRIX_KEYS = ("host_tier_gib", "pool", "admission", "kappa", "engine", "device_kv_gib")
 ORDERS = ("random", "sequential")
 _SCALAR = (str, int, float, bool)

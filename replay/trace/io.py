@@ -252,6 +252,8 @@ class _TaskState:
 
 
 def _call(obj: dict, h: TraceHeader, file: str, lineno: int, tasks: dict[str, _TaskState]) -> Call:
+    """One call line -> `Call`: each field read and checked, then checked against the task so far
+    (`tasks` carries each task's next index and context length from line to line)."""
     ln = _Line(obj, file, lineno)
     unknown = sorted(set(obj) - _CALL_KEYS)
     if unknown:
@@ -262,11 +264,7 @@ def _call(obj: dict, h: TraceHeader, file: str, lineno: int, tasks: dict[str, _T
     st = tasks.get(task)
     if st is None:
         st = tasks[task] = _TaskState()
-    if index != st.next_index:
-        why = "duplicate" if index < st.next_index else "out-of-order"
-        raise ln.fail(
-            "call", f"{why} call index {index} for task {task!r}; expected {st.next_index}"
-        )
+    _check_index(ln, task, index, st)
     gap_s = ln.seconds("gap_s")
     keep = int(ln.int_("keep") or 0)
     if keep > st.ctx_len:
@@ -281,57 +279,16 @@ def _call(obj: dict, h: TraceHeader, file: str, lineno: int, tasks: dict[str, _T
     else:
         append = ln.ints("append", np.int32, h.vocab_size)
     output = ln.ints("output", np.int32, h.vocab_size, required=False)
-    prompt_len = ln.int_("prompt_len", required=blocks)
-    if blocks:
-        n_blocks = keep + len(append)
-        bs = int(h.block_size or 1)
-        assert prompt_len is not None
-        # The last block may be partial (covered) or absent (an unhashed tail shorter than a block).
-        if not (n_blocks - 1) * bs < prompt_len < (n_blocks + 1) * bs:
-            raise ln.fail(
-                "prompt_len",
-                f"{prompt_len} tokens do not fit {n_blocks} blocks of {bs} "
-                f"(need {max(0, (n_blocks - 1) * bs + 1)}..{(n_blocks + 1) * bs - 1})",
-            )
-    else:
-        actual = keep + len(append)
-        if prompt_len is None:
-            prompt_len = actual
-        elif prompt_len != actual:
-            raise ln.fail("prompt_len", f"is {prompt_len} but keep + len(append) = {actual}")
+    prompt_len = _prompt_len(ln, h, keep, len(append))
     output_len = ln.int_("output_len", required=output is None)
     if output is not None:
         if output_len is None:
             output_len = len(output)
         elif output_len != len(output):
             raise ln.fail("output_len", f"is {output_len} but output has {len(output)} ids")
-    after_raw = obj.get("after")
-    after: tuple[CallRef, ...] = ()
-    if after_raw is not None:
-        if not isinstance(after_raw, list):
-            raise ln.fail(
-                "after", f"must be an array of [task, call_index], got {_kind(after_raw)}"
-            )
-        after = tuple(ln.ref(v, "after") for v in after_raw)
-        for ref in after:
-            if ref[0] == task:
-                raise ln.fail("after", f"names its own task {task!r}; list calls of other tasks")
-    parent = None
-    if obj.get("parent") is not None:
-        parent = ln.ref(obj["parent"], "parent")
-        if index != 0:
-            raise ln.fail("parent", "only a task's first call (call 0) may name a parent")
-        if parent[0] == task:
-            raise ln.fail("parent", "a task cannot be its own parent")
-    recorded = obj.get("recorded")
-    if recorded is not None:
-        if not isinstance(recorded, dict):
-            raise ln.fail("recorded", f"must be an object, got {_kind(recorded)}")
-        for k, v in recorded.items():
-            if v is not None and (
-                isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v)
-            ):
-                raise ln.fail(f"recorded.{k}", f"must be a finite number or null, got {v!r:.40}")
+    after = _after(ln, obj, task)
+    parent = _parent(ln, obj, task, index)
+    recorded = _recorded(ln, obj)
     # Previous context for the next call: prompt + output tokens, or the prompt's blocks.
     st.ctx_len = keep + len(append) if blocks else int(prompt_len) + int(output_len or 0)
     st.next_index = index + 1
@@ -353,6 +310,81 @@ def _call(obj: dict, h: TraceHeader, file: str, lineno: int, tasks: dict[str, _T
         parent=parent,
         line=lineno,
     )
+
+
+def _check_index(ln: _Line, task: str, index: int, st: _TaskState) -> None:
+    """A task's calls come in order, each index once."""
+    if index != st.next_index:
+        why = "duplicate" if index < st.next_index else "out-of-order"
+        raise ln.fail(
+            "call", f"{why} call index {index} for task {task!r}; expected {st.next_index}"
+        )
+
+
+def _prompt_len(ln: _Line, h: TraceHeader, keep: int, n_append: int) -> int:
+    """`prompt_len`, checked against the kept and appended ids (or blocks, which it must fill)."""
+    blocks = h.tokens == "blocks"
+    prompt_len = ln.int_("prompt_len", required=blocks)
+    if blocks:
+        n_blocks = keep + n_append
+        bs = int(h.block_size or 1)
+        assert prompt_len is not None
+        # The last block may be partial (covered) or absent (an unhashed tail shorter than a block).
+        if not (n_blocks - 1) * bs < prompt_len < (n_blocks + 1) * bs:
+            raise ln.fail(
+                "prompt_len",
+                f"{prompt_len} tokens do not fit {n_blocks} blocks of {bs} "
+                f"(need {max(0, (n_blocks - 1) * bs + 1)}..{(n_blocks + 1) * bs - 1})",
+            )
+    else:
+        actual = keep + n_append
+        if prompt_len is None:
+            prompt_len = actual
+        elif prompt_len != actual:
+            raise ln.fail("prompt_len", f"is {prompt_len} but keep + len(append) = {actual}")
+    return prompt_len
+
+
+def _after(ln: _Line, obj: dict, task: str) -> tuple[CallRef, ...]:
+    """The calls of other tasks this call waits for."""
+    after_raw = obj.get("after")
+    after: tuple[CallRef, ...] = ()
+    if after_raw is not None:
+        if not isinstance(after_raw, list):
+            raise ln.fail(
+                "after", f"must be an array of [task, call_index], got {_kind(after_raw)}"
+            )
+        after = tuple(ln.ref(v, "after") for v in after_raw)
+        for ref in after:
+            if ref[0] == task:
+                raise ln.fail("after", f"names its own task {task!r}; list calls of other tasks")
+    return after
+
+
+def _parent(ln: _Line, obj: dict, task: str, index: int) -> CallRef | None:
+    """The call that spawned this task (sub-agents), named on the task's first call only."""
+    parent = None
+    if obj.get("parent") is not None:
+        parent = ln.ref(obj["parent"], "parent")
+        if index != 0:
+            raise ln.fail("parent", "only a task's first call (call 0) may name a parent")
+        if parent[0] == task:
+            raise ln.fail("parent", "a task cannot be its own parent")
+    return parent
+
+
+def _recorded(ln: _Line, obj: dict) -> dict | None:
+    """What the recording measured: an object of finite numbers or nulls."""
+    recorded = obj.get("recorded")
+    if recorded is not None:
+        if not isinstance(recorded, dict):
+            raise ln.fail("recorded", f"must be an object, got {_kind(recorded)}")
+        for k, v in recorded.items():
+            if v is not None and (
+                isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v)
+            ):
+                raise ln.fail(f"recorded.{k}", f"must be a finite number or null, got {v!r:.40}")
+    return recorded
 
 
 def _lines(path: Path, file: str) -> Iterator[tuple[int, bytes]]:

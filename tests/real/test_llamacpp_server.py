@@ -123,7 +123,7 @@ def test_ram_tier_matches_whole_prompt_model_call_by_call(tmp_path, model_dir, c
 
 @pytest.mark.parametrize(("cache_ram_mib", "expected"), [(0, 0), (5, 0), (256, 999)])
 def test_issue_experiment_prompt_a_after_six_others(tmp_path, model_dir, cache_ram_mib, expected):
-    """Issue 9's hand check: 2 slots, A, six other 1000-token prompts, A again."""
+    """The hand check: 2 slots, A, six other 1000-token prompts, A again."""
     rng = np.random.default_rng(9)
     a = rng.integers(2, VOCAB, 1000)
     with (
@@ -179,7 +179,7 @@ LLAMA_SERVER_BIN = REPO / "build" / "llama-server" / "bin" / "llama-server"
 
 @pytest.mark.skipif(not LLAMA_SERVER_BIN.exists(), reason="optional: `make llama-server` builds it")
 def test_llama_server_binary_behaves_like_the_wheel(tmp_path, model_dir):
-    """`server_bin` mode: the same RAM-tier behaviour (issue 9's A / six others / A at 256 MiB)."""
+    """`server_bin` mode: the same RAM-tier behaviour (the hand check's A / six others / A at 256 MiB)."""
     from replay.sweep.lifecycle import ServerProcess, free_port
 
     rng = np.random.default_rng(9)

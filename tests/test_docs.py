@@ -1,0 +1,61 @@
+"""The repository explains itself: links between its documents resolve, the docs index lists
+every page, and nothing cites a design file or an issue tracker a reader of the repo cannot see."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+DOCS = REPO / "docs"
+_LINK = re.compile(r"\]\(([^)#\s]+)(?:#[^)]*)?\)")
+# a design document kept outside the repository, or an issue number; split so this file passes
+_OUTSIDE = re.compile("DESIGN" + r"\.md|\b[Ii]ssue\s+#?\d+")
+# generated from replay/paper_data.py and replay/paper_text.py, which this test does read
+_GENERATED = {DOCS / "paper.md"}
+
+
+def _pages() -> list[Path]:
+    return [REPO / "README.md", REPO / "results" / "README.md", *sorted(DOCS.glob("*.md"))]
+
+
+@pytest.mark.parametrize("page", _pages(), ids=lambda p: str(p.relative_to(REPO)))
+def test_relative_links_resolve(page: Path):
+    text = page.read_text()
+    broken = [
+        link
+        for link in _LINK.findall(text)
+        if "://" not in link and not (page.parent / link).exists()
+    ]
+    assert broken == []
+
+
+def test_docs_index_lists_every_page():
+    index = (DOCS / "README.md").read_text()
+    listed = set(_LINK.findall(index))
+    pages = {p.name for p in DOCS.glob("*.md")} - {"README.md"}
+    assert pages - listed == set()
+
+
+def test_nothing_cites_what_a_reader_of_the_repo_cannot_see():
+    files = [
+        *REPO.glob("*.md"),
+        *DOCS.glob("*.md"),
+        *(REPO / "traces").glob("*.md"),
+        *(REPO / "results").glob("*.md"),
+        *(REPO / "replay").rglob("*.py"),
+        *(REPO / "tests").rglob("*.py"),
+        *(REPO / "benchmarks").rglob("*.py"),
+        *(REPO / "experiments").rglob("*.toml"),
+        REPO / "Makefile",
+    ]
+    hits = [
+        f"{f.relative_to(REPO)}:{n}: {line.strip()[:80]}"
+        for f in files
+        if f not in _GENERATED
+        for n, line in enumerate(f.read_text().splitlines(), 1)
+        if _OUTSIDE.search(line)
+    ]
+    assert hits == []
