@@ -1,11 +1,11 @@
-"""Held-out check of the working-set model (`replay.paper_holdout`): the split, the calibration,
+"""Held-out check of the working-set model (`replay.studies.efficientagent.holdout`): the split, the calibration,
 and the check itself on a small workload whose device holds only part of the working set."""
 
 from __future__ import annotations
 
 import pytest
 
-from replay.paper_holdout import (
+from replay.studies.efficientagent.holdout import (
     HoldoutSpec,
     calibrate_device_tokens,
     measure,
@@ -40,7 +40,7 @@ def test_calibration_finds_the_device_size_that_matches_the_measurement():
     nominal = int(SMALL.device_kv_gib * (1 << 30)) // 24576
     fitted = calibrate_device_tokens(cal, SMALL, SMALL.pool, measured, nominal)
     assert 0 < fitted <= nominal and fitted % SMALL.block_tokens == 0
-    from replay.paper_holdout import _predict_no_tier
+    from replay.studies.efficientagent.holdout import _predict_no_tier
 
     # the fitted size reproduces the calibration half's no-tier recompute closely
     assert _predict_no_tier(cal, SMALL, SMALL.pool, fitted) == pytest.approx(measured, rel=0.1)
