@@ -1,4 +1,4 @@
-"""Runs a paper experiment file on a reduced workload through the real sweep (tests of issue 10)."""
+"""Runs a paper experiment file on a reduced workload through the real sweep."""
 
 from __future__ import annotations
 

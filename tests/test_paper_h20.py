@@ -1,6 +1,6 @@
 """experiments/paper-h20.toml on a reduced workload (token lengths, tiers, device and kappa all
 scaled by 1/4, 40 tasks, one repeat), through the real sweep and docs/paper.md generation: the
-study's qualitative results must hold (issue 10, "Done when")."""
+study's qualitative results must hold."""
 
 from __future__ import annotations
 

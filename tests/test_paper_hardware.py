@@ -1,6 +1,6 @@
 """experiments/paper-hardware.toml on a reduced workload (half the tokens, 24 tasks, a tenth of
 the tool gaps so that compute still matters, tiers and device scaled), through the real sweep and
-the paper rows: the study's hardware result must hold where the simulator can show it (issue 10)."""
+the paper rows: the study's hardware result must hold where the simulator can show it."""
 
 from __future__ import annotations
 

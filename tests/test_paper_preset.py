@@ -1,4 +1,4 @@
-"""The `swe-agent` preset against the EfficientAgent study's trace statistics (issue 10):
+"""The `swe-agent` preset against the EfficientAgent study's trace statistics:
 4,427 calls, ~147M prompt tokens, contexts up to ~238K growing within tasks, 97-98% reuse of the
 previous call, 97.3% of new KV reappearing in the next call."""
 

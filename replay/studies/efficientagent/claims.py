@@ -15,7 +15,7 @@ __all__ = ["STUDY", "CLAIMS", "claim"]
 
 STUDY = (
     "EfficientAgent study: H20, Qwen3-Coder-30B-A3B-Instruct BF16, TP8, 16 SWE-agent tasks at "
-    "once, vLLM + LMCache with a host KV tier per rank (issue 10 of this project quotes it)"
+    "once, vLLM + LMCache with a host KV tier per rank"
 )
 
 
