@@ -3,6 +3,9 @@ and the check itself on a small workload whose device holds only part of the wor
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 
 from replay.studies.efficientagent.holdout import (
@@ -59,3 +62,13 @@ def test_held_out_prediction_within_ten_percent_far_from_the_transition():
     # calibration is not a no-op: the nominal device overstates what survives on it
     assert doc["device_tokens_fitted"] < doc["device_tokens_nominal"]
     assert "Held out" in doc["summary"]
+
+
+def test_the_command_runs_under_its_old_name_too():
+    # `python -m replay.paper_holdout` was the documented command before the study moved
+    for module in ("replay.paper_holdout", "replay.studies.efficientagent.holdout"):
+        out = subprocess.run(
+            [sys.executable, "-m", module, "--help"], capture_output=True, text=True, timeout=120
+        )
+        assert out.returncode == 0, out.stderr
+        assert "--device-kv-gib" in out.stdout
