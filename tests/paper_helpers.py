@@ -1,4 +1,4 @@
-"""Runs a paper experiment file on a reduced workload through the real sweep (the paper tests)."""
+"""Runs a paper experiment file on a reduced workload through the real sweep."""
 
 from __future__ import annotations
 

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from replay.errors import ConfigError
-from replay.paper_holdout import HoldoutSpec, measure
+from replay.studies.efficientagent.holdout import HoldoutSpec, measure
 from replay.trace.fold import FoldSpec, fold_prompts, fold_trace
 from replay.trace.io import read_trace, write_trace
 from replay.trace.model import Call, Trace, TraceHeader

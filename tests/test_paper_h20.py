@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from replay.paper import NOT_RUN, build_paper, load_paper_runs, paper_rows
+from replay.studies.efficientagent import NOT_RUN, build_paper, load_paper_runs, paper_rows
 from tests.paper_helpers import run_reduced
 
 ROOT = Path(__file__).resolve().parents[1]

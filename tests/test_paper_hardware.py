@@ -6,8 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from replay.paper import load_paper_runs, paper_rows
-from replay.paper_runs import DIRECTION, NO, PaperRun
+from replay.studies.efficientagent import DIRECTION, NO, PaperRun, load_paper_runs, paper_rows
 from tests.paper_helpers import run_reduced
 
 _EDITS = (

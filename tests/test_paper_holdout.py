@@ -1,11 +1,14 @@
-"""Held-out check of the working-set model (`replay.paper_holdout`): the split, the calibration,
+"""Held-out check of the working-set model (`replay.studies.efficientagent.holdout`): the split, the calibration,
 and the check itself on a small workload whose device holds only part of the working set."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 
-from replay.paper_holdout import (
+from replay.studies.efficientagent.holdout import (
     HoldoutSpec,
     calibrate_device_tokens,
     measure,
@@ -40,7 +43,7 @@ def test_calibration_finds_the_device_size_that_matches_the_measurement():
     nominal = int(SMALL.device_kv_gib * (1 << 30)) // 24576
     fitted = calibrate_device_tokens(cal, SMALL, SMALL.pool, measured, nominal)
     assert 0 < fitted <= nominal and fitted % SMALL.block_tokens == 0
-    from replay.paper_holdout import _predict_no_tier
+    from replay.studies.efficientagent.holdout import _predict_no_tier
 
     # the fitted size reproduces the calibration half's no-tier recompute closely
     assert _predict_no_tier(cal, SMALL, SMALL.pool, fitted) == pytest.approx(measured, rel=0.1)
@@ -59,3 +62,13 @@ def test_held_out_prediction_within_ten_percent_far_from_the_transition():
     # calibration is not a no-op: the nominal device overstates what survives on it
     assert doc["device_tokens_fitted"] < doc["device_tokens_nominal"]
     assert "Held out" in doc["summary"]
+
+
+def test_the_command_runs_under_its_old_name_too():
+    # `python -m replay.paper_holdout` was the documented command before the study moved
+    for module in ("replay.paper_holdout", "replay.studies.efficientagent.holdout"):
+        out = subprocess.run(
+            [sys.executable, "-m", module, "--help"], capture_output=True, text=True, timeout=120
+        )
+        assert out.returncode == 0, out.stderr
+        assert "--device-kv-gib" in out.stdout

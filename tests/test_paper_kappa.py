@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from replay.paper import load_paper_runs, paper_rows
-from replay.paper_runs import NO, YES
+from replay.studies.efficientagent import NO, YES, load_paper_runs, paper_rows
 from tests.paper_helpers import run_reduced
 
 _EDITS = (

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from replay.paper import reappearing_fraction, trace_facts
+from replay.studies.efficientagent import reappearing_fraction, trace_facts
 from replay.trace.model import Call, Trace, TraceHeader
 from replay.trace.synth import synth
 

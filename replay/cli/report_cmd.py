@@ -33,7 +33,7 @@ def command(results_dir: str, no_figures: bool, paper: bool, paper_out: str) -> 
     if paper:
         from pathlib import Path
 
-        from replay.paper import write_paper
+        from replay.studies.efficientagent.page import write_paper
 
         # The paper-* experiments live side by side under one results root.
         path = write_paper(Path(results_dir).resolve().parent, paper_out)

@@ -1,13 +1,11 @@
 """docs/paper.md: our paper-* runs beside the EfficientAgent study's published numbers.
 
 `write_paper(results_root, out)` reads whichever of `results_root/paper-h20`, `paper-pool8`,
-`paper-hardware`, `paper-folding`, `paper-extensions` and `paper-holdout/holdout.json` exist,
-sets every published claim of `replay.paper_data` beside our value (mean ± 95% t half-width over
-repeats, or a Welch interval on a difference), gives a verdict per claim, and says in words what
-reproduces, what does not, and why. Statistics come from `replay.analysis`; nothing is refitted.
-
-Verdicts: `yes` (our value within the stated tolerance of the published one), `direction` (the
-qualitative claim holds, the number differs), `no` (the claim does not hold here), `not run`.
+`paper-hardware`, `paper-folding`, `paper-kappa`, `paper-extensions` and
+`paper-holdout/holdout.json` exist, sets every published claim (`claims.CLAIMS`) beside our value
+(mean ± 95% t half-width over repeats, or a Welch interval on a difference), gives a verdict per
+claim (`verdict`), and says in words what reproduces, what does not, and why. Statistics come
+from `replay.analysis`; nothing is refitted.
 """
 
 from __future__ import annotations
@@ -18,23 +16,12 @@ import orjson
 
 from replay.analysis.load import Results, load_results
 from replay.errors import ReplayError
-from replay.paper_data import STUDY
-from replay.paper_rows import paper_rows
-from replay.paper_runs import NOT_RUN, PAPER_EXPERIMENTS, PaperRun, Row
+from replay.studies.efficientagent.claims import STUDY
+from replay.studies.efficientagent.runs import PAPER_EXPERIMENTS, PaperRun
+from replay.studies.efficientagent.verdict import paper_rows
 from replay.trace.model import Trace
 
-__all__ = [
-    "NOT_RUN",
-    "PAPER_EXPERIMENTS",
-    "Row",
-    "PaperRun",
-    "reappearing_fraction",
-    "trace_facts",
-    "paper_rows",
-    "load_paper_runs",
-    "build_paper",
-    "write_paper",
-]
+__all__ = ["reappearing_fraction", "trace_facts", "load_paper_runs", "build_paper", "write_paper"]
 
 # -- trace facts ------------------------------------------------------------------------------
 
@@ -116,7 +103,7 @@ def build_paper(
     tier_scale: float = 1.0,
 ) -> str:
     """The markdown of docs/paper.md from the paper-* results under `results_root`."""
-    from replay.paper_text import page
+    from replay.studies.efficientagent.text import page
 
     root = Path(results_root)
     runs = load_paper_runs(root, tier_scale)

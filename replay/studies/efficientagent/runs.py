@@ -1,14 +1,13 @@
-"""Loaded paper-* results and the vocabulary of docs/paper.md: rows, verdicts, formatting.
+"""Loaded paper-* results and how docs/paper.md prints our numbers.
 
 `PaperRun` wraps one results directory (ok runs with `replay.analysis` derived columns and its
-pre-registered predictions); `Row` is one published claim beside our number.
+pre-registered predictions); the `*_text` helpers print a statistic the same way in every row.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -20,9 +19,8 @@ from replay.analysis.derived import add_derived
 from replay.analysis.load import Results
 from replay.analysis.predictions import prediction_table
 from replay.analysis.words import fmt_interval
-from replay.paper_data import Published, published
 
-__all__ = ["PAPER_EXPERIMENTS", "YES", "DIRECTION", "NO", "NOT_RUN", "Row", "PaperRun"]
+__all__ = ["PAPER_EXPERIMENTS", "PaperRun", "pct", "stat_text", "cmp_text", "ratio_text"]
 
 PAPER_EXPERIMENTS = (
     "paper-h20",
@@ -31,20 +29,6 @@ PAPER_EXPERIMENTS = (
     "paper-folding",
     "paper-kappa",
 )
-YES, DIRECTION, NO, NOT_RUN = "yes", "direction", "no", "not run"
-
-
-@dataclass(frozen=True)
-class Row:
-    """One claim beside our number: `ours` is printed text, `verdict` one of the four above."""
-
-    key: str
-    section: str
-    claim: str
-    published: str
-    ours: str
-    verdict: str
-    note: str = ""
 
 
 class PaperRun:
@@ -107,13 +91,15 @@ def _same(a: Any, b: Any) -> bool:
 # -- formatting helpers -----------------------------------------------------------------------
 
 
-def _pct(x: float | None, signed: bool = True) -> str:
+def pct(x: float | None, signed: bool = True) -> str:
+    """`+12.3%` (or `12.3%` unsigned); `-` for unknown."""
     if x is None or not math.isfinite(x):
         return "-"
     return f"{x * 100:+.1f}%" if signed else f"{x * 100:.1f}%"
 
 
-def _stat_text(values: np.ndarray, fmt: Callable[[float], str] | None = None) -> str:
+def stat_text(values: np.ndarray, fmt: Callable[[float], str] | None = None) -> str:
+    """Mean ± 95% t half-width over repeats, with n; `-` when there is none."""
     s = describe(values.tolist())
     if s.n == 0:
         return "-"
@@ -123,35 +109,19 @@ def _stat_text(values: np.ndarray, fmt: Callable[[float], str] | None = None) ->
     return fmt_interval(s.mean, s.half_width, s.n, s.min, s.max) + f" (n={s.n})"
 
 
-def _cmp_text(c: Comparison) -> str:
+def cmp_text(c: Comparison) -> str:
     """`-3.1% [-4.0%, -2.2%], real` for b against baseline a."""
     if c.verdict in ("no data",):
         return "-"
     if not math.isfinite(c.rel_low):
-        return f"{_pct(c.rel_diff)} ({c.verdict})"
-    return f"{_pct(c.rel_diff)} [{_pct(c.rel_low)}, {_pct(c.rel_high)}], {c.verdict}"
+        return f"{pct(c.rel_diff)} ({c.verdict})"
+    return f"{pct(c.rel_diff)} [{pct(c.rel_low)}, {pct(c.rel_high)}], {c.verdict}"
 
 
-def _ratio_text(num: np.ndarray, den: np.ndarray) -> tuple[str, float | None]:
+def ratio_text(num: np.ndarray, den: np.ndarray) -> tuple[str, float | None]:
     """Mean ratio of two points' means, with the Welch interval of the difference."""
     c = welch_compare(den, num)
     if c.verdict == "no data":
         return "-", None
     ratio = 1 + c.rel_diff
-    return f"{ratio:.3f} ({_cmp_text(c)})", ratio
-
-
-def _row(key: str, ours: str, verdict: str, note: str = "") -> Row:
-    p: Published = published(key)
-    if ours in ("-", "") or ours.startswith("nan"):
-        return Row(key, p.section, p.claim, p.text, "-", NOT_RUN, "no runs for this point")
-    return Row(key, p.section, p.claim, p.text, ours, verdict, note)
-
-
-def _missing(key: str, what: str) -> Row:
-    p = published(key)
-    return Row(key, p.section, p.claim, p.text, "-", NOT_RUN, f"run {what}")
-
-
-def _within(x: float | None, target: float, rel_tol: float) -> bool:
-    return x is not None and math.isfinite(x) and abs(x - target) <= rel_tol * abs(target)
+    return f"{ratio:.3f} ({cmp_text(c)})", ratio

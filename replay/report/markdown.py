@@ -1,0 +1,32 @@
+"""Markdown pieces shared by every generated page: one table helper, plain values, counts."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from replay.analysis.words import fmt_point
+
+__all__ = ["md_table", "plain", "count"]
+
+
+def md_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[str]:
+    """A markdown table, then a blank line. A `|` in a cell is escaped and a newline becomes a
+    space, so no value can break the table."""
+
+    def cell(v: Any) -> str:
+        return str(v).replace("|", "\\|").replace("\n", " ")
+
+    lines = ["| " + " | ".join(cell(h) for h in header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows]
+    return lines + [""]
+
+
+def plain(v: Any) -> str:
+    """A parameter value as `fmt_point` prints it (`5`, not `5.0`)."""
+    return fmt_point({"": v})[1:]
+
+
+def count(n: int, noun: str) -> str:
+    """`1 run`, `3 runs`."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"

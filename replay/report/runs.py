@@ -1,0 +1,130 @@
+"""The report's run status, "what is real" comparisons and provenance."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from replay import __version__
+from replay.analysis.compare import METHOD, REAL, SINGLE_REPEAT, WITHIN_NOISE
+from replay.analysis.load import load_calls
+from replay.analysis.words import comparison_sentence
+from replay.report.analyse import Analysis
+from replay.report.markdown import count, md_table, plain
+
+__all__ = ["what_is_real", "failures", "not_started_line", "provenance"]
+
+
+def _noise_free(a: Analysis) -> bool:
+    """True when every point with two or more repeats has zero spread in makespan."""
+    spread = a.agg[(a.agg["metric"] == "makespan_s") & (a.agg["n"] >= 2)]
+    return not spread.empty and bool(
+        (spread["std"].abs() <= 1e-12 * spread["mean"].abs().clip(lower=1.0)).all()
+    )
+
+
+def what_is_real(a: Analysis) -> list[str]:
+    c = a.comparisons
+    if c.empty:
+        return ["No two configurations to compare (a single point, or no finished runs).", ""]
+    lines = [
+        f"Each configuration against its baseline at otherwise equal settings, {METHOD} (two-sided, α = 0.05) "
+        "on the repeats. ± is the 95% interval of the difference, relative to the baseline mean. "
+        "A point with one repeat is never called real.",
+        "",
+    ]
+    if _noise_free(a):
+        lines += [
+            "Every point's repeats are identical (a deterministic engine, such as the simulator): "
+            "each difference below is exact, and the repeats say nothing about run-to-run noise "
+            "on a real server.",
+            "",
+        ]
+    rank = {REAL: 0, WITHIN_NOISE: 1, SINGLE_REPEAT: 2}
+    counts = c["verdict"].value_counts()
+    lines += [
+        ", ".join(f"{counts.get(v, 0)} {v}" for v in (REAL, WITHIN_NOISE, SINGLE_REPEAT)) + ".",
+        "",
+    ]
+    for factor, group in c.groupby("factor", sort=False):
+        lines += [f"**{factor}** (baseline {factor}={plain(group['baseline'].iloc[0])})", ""]
+        others = [p for p in a.params if p != factor and p in group.columns]
+        group = group.assign(_rank=group["verdict"].map(rank).fillna(3)).sort_values(
+            ["_rank", "metric"], kind="stable"
+        )
+        for _, row in group.iterrows():
+            fields = {str(k): v for k, v in row.items()}
+            lines.append("- " + comparison_sentence(fields, {k: row[k] for k in others}))
+        lines.append("")
+    return lines
+
+
+def failures(a: Analysis) -> list[str]:
+    bad = a.runs[a.runs["status"] != "ok"]
+    total = len(a.runs)
+    if bad.empty:
+        return [
+            f"{'All ' if total > 1 else ''}{count(total, 'run')} finished with status `ok`.",
+            "",
+        ]
+    lines = [
+        f"**{len(bad)} of {total} runs did not finish cleanly** and are left out of every statistic below "
+        "(a point with fewer repeats has a wider interval, or none).",
+        "",
+    ]
+    rows = []
+    for _, r in bad.iterrows():
+        why = r.get("error") or ""
+        tail = r.get("log_tail")
+        if isinstance(tail, str) and tail.strip():
+            why = (
+                f"{why} — log: {tail.strip().splitlines()[-1]}"
+                if why
+                else f"log: {tail.strip().splitlines()[-1]}"
+            )
+        calls = r.get("calls")
+        if calls is None or pd.isna(calls):
+            calls = len(load_calls(r["run_dir"]))  # no summary: count what the driver streamed
+        rows.append(
+            [
+                r["point"] or "-",
+                r["repeat"],
+                r["status"],
+                int(calls),
+                str(why)[:200] or "-",
+            ]
+        )
+    return lines + md_table(["point", "repeat", "status", "calls done", "why"], rows)
+
+
+def not_started_line(missing: int, planned: int) -> list[str]:
+    """A warning when a sweep's plan lists runs that have no directory yet."""
+    if not missing:
+        return []
+    return [f"**{missing} of {planned} planned runs never started** (rerun the sweep).", ""]
+
+
+def provenance(a: Analysis) -> list[str]:
+    runs = a.runs
+    rows = []
+    for col, label in (
+        ("engine", "engine"),
+        ("engine_version", "engine version"),
+        ("gpu", "GPU"),
+        ("trace_sha256", "trace sha256"),
+        ("git_revision", "git revision"),
+        ("host", "host"),
+    ):
+        values = sorted({str(v) for v in runs[col].dropna()}) if col in runs.columns else []
+        rows.append([label, ", ".join(values) if values else "not recorded"])
+    if "started_at" in runs.columns and runs["started_at"].notna().any():
+        end = (
+            runs["ended_at"].dropna().max()
+            if "ended_at" in runs.columns and runs["ended_at"].notna().any()
+            else "?"
+        )
+        rows.append(["runs from / to", f"{runs['started_at'].dropna().min()} / {end}"])
+    rows.append(["report", f"replay {__version__}"])
+    lines = md_table(["", "value"], rows)
+    if a.results.notes:
+        lines += ["Loader notes:", "", *(f"- {n}" for n in a.results.notes), ""]
+    return lines
