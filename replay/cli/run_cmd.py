@@ -8,9 +8,9 @@ from typing import TYPE_CHECKING, Any
 import click
 import orjson
 
+from replay.cli.sim_options import sim_options
 from replay.driver.options import ON_ERROR, TIMINGS, RunOptions
 from replay.errors import ConfigError
-from replay.sim.options import sim_options
 
 if TYPE_CHECKING:
     from replay.trace.model import Trace

@@ -14,8 +14,8 @@ from typing import Any
 import numpy as np
 import orjson
 
-from replay.driver.transport import CompletionRequest, CompletionResult, ConnectionRefused
 from replay.errors import RequestFailed
+from replay.protocol import CompletionRequest, CompletionResult, ConnectionRefused
 
 __all__ = [
     "COMPLETIONS_PATH",

@@ -22,13 +22,13 @@ import numpy as np
 
 from replay.clock import VirtualTimeLoop
 from replay.driver.options import RunOptions
-from replay.driver.transport import (
+from replay.errors import ConfigError, RequestFailed, ServerGone
+from replay.protocol import (
     CompletionRequest,
     CompletionResult,
     ConnectionRefused,
     Transport,
 )
-from replay.errors import ConfigError, RequestFailed, ServerGone
 from replay.trace.model import Call, CallRef, Step, Trace
 
 __all__ = ["RunResult", "RunControl", "PoolStats", "replay"]

@@ -17,7 +17,7 @@ import orjson
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from replay.engines.base import CANONICAL_COUNTERS
+from replay.counters import CANONICAL_COUNTERS
 
 __all__ = [
     "CALL_SCHEMA",

@@ -28,7 +28,7 @@ from replay.driver.alloc import keep_freed_memory
 from replay.driver.options import RunOptions
 from replay.driver.pool import RunControl, RunResult, replay
 from replay.driver.records import JsonlSink, summarize, write_json_atomic, write_parquet
-from replay.driver.transport import Transport
+from replay.protocol import Transport
 from replay.trace.model import Trace
 
 __all__ = ["run_replay", "EXIT_CODES", "exit_code", "quiet_gc", "freeze_setup"]

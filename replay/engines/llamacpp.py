@@ -34,7 +34,8 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
-from replay.engines.base import EngineAdapter, LaunchSpec, Samples
+from replay.counters import Samples
+from replay.engines.base import EngineAdapter, LaunchSpec
 from replay.engines.common import LAUNCH_OPTIONS, extra_args, extra_env
 from replay.errors import ConfigError
 from replay.metrics.counters import sample_sum

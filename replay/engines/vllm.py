@@ -16,7 +16,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from replay.engines.base import EngineAdapter, LaunchSpec, Samples, openai_extras
+from replay.counters import Samples
+from replay.engines.base import EngineAdapter, LaunchSpec, openai_extras
 from replay.engines.common import (
     LAUNCH_OPTIONS,
     extra_args,

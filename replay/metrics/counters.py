@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-__all__ = ["sample_sum", "first_present", "label_value", "counter_deltas", "difference"]
+from replay.counters import Samples
 
-Samples = Mapping[str, Mapping[tuple, float]]
+__all__ = ["sample_sum", "first_present", "label_value", "counter_deltas", "difference"]
 
 
 def sample_sum(samples: Samples, name: str, **where: str) -> float | None:

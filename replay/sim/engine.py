@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from replay.engines.base import CANONICAL_COUNTERS
+from replay.counters import CANONICAL_COUNTERS
 from replay.sim.admission import make_admission
 from replay.sim.cost import CostModel
 from replay.sim.device import DeviceTier

@@ -10,8 +10,8 @@ import asyncio
 
 import numpy as np
 
-from replay.driver.transport import CompletionRequest, CompletionResult
 from replay.errors import RequestFailed
+from replay.protocol import CompletionRequest, CompletionResult
 from replay.sim.engine import Seq, SimEngine
 from replay.sim.keying import TaskKeyer
 from replay.sim.options import SimConfig

@@ -20,8 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from replay.counters import CANONICAL_COUNTERS
 from replay.engines import provenance
-from replay.engines.base import CANONICAL_COUNTERS, EngineAdapter
+from replay.engines.base import EngineAdapter
 from replay.engines.registry import get_engine
 from replay.errors import ConfigError, EngineError, ReplayError
 from replay.metrics.counters import counter_deltas

@@ -1,9 +1,10 @@
 """The transport seam: what the agent pool sends and gets back, whatever is on the other side.
 
-The pool builds a `CompletionRequest` per call and awaits `Transport.complete()`. HTTP transports
-talk to any OpenAI-compatible server; `replay.sim`'s in-process transport answers from the reference
-engine under virtual time. Transports raise only `replay.errors.RequestFailed` (or `ServerGone`).
-Times are seconds on the running loop's clock (`loop.time()`).
+Shared by the driver and the simulator (so neither imports the other): the pool builds a
+`CompletionRequest` per call and awaits `Transport.complete()`. HTTP transports talk to any
+OpenAI-compatible server; `replay.sim`'s in-process transport answers from the reference engine
+under virtual time. Transports raise only `replay.errors.RequestFailed` (or `ServerGone`). Times
+are seconds on the running loop's clock (`loop.time()`).
 """
 
 from __future__ import annotations
