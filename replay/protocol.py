@@ -14,7 +14,7 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
-from replay.errors import RequestFailed
+from replay.errors import ErrorKind, RequestFailed
 
 __all__ = ["CompletionRequest", "CompletionResult", "Transport", "ConnectionRefused"]
 
@@ -65,4 +65,4 @@ class ConnectionRefused(RequestFailed):
     `server_gone_grace_s` has passed since the first refusal, then stops the run as failed."""
 
     def __init__(self, message: str):
-        super().__init__("connection", message)
+        super().__init__(ErrorKind.CONNECTION, message)

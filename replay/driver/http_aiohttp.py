@@ -25,7 +25,7 @@ from replay.driver.http_common import (
     parse_json,
     refused,
 )
-from replay.errors import RequestFailed
+from replay.errors import ErrorKind, RequestFailed
 from replay.protocol import CompletionRequest, CompletionResult
 
 __all__ = ["AiohttpTransport"]
@@ -101,7 +101,9 @@ class AiohttpTransport:
             try:
                 result = await self._post(body)
             except _StaleConnection as e:
-                raise RequestFailed("connection", f"connection lost: {e.__cause__!r}") from None
+                raise RequestFailed(
+                    ErrorKind.CONNECTION, f"connection lost: {e.__cause__!r}"
+                ) from None
             result.extra["stale_connection_retries"] = 1
             return result
 
@@ -131,21 +133,24 @@ class AiohttpTransport:
         except aiohttp.ClientConnectorError as e:
             if isinstance(e.os_error, ConnectionRefusedError):
                 raise refused(self._url, str(e.os_error)) from None
-            raise RequestFailed("connection", f"cannot connect to {self._url}: {e}") from None
+            raise RequestFailed(
+                ErrorKind.CONNECTION, f"cannot connect to {self._url}: {e}"
+            ) from None
         except (TimeoutError, aiohttp.ServerTimeoutError):
             raise RequestFailed(
-                "timeout", f"no complete response within {self.options.request_timeout_s:g} s"
+                ErrorKind.TIMEOUT,
+                f"no complete response within {self.options.request_timeout_s:g} s",
             ) from None
         except aiohttp.ClientPayloadError as e:
-            raise RequestFailed("connection", f"response body cut off: {e}") from None
+            raise RequestFailed(ErrorKind.CONNECTION, f"response body cut off: {e}") from None
         except (aiohttp.ClientOSError, aiohttp.ServerDisconnectedError, ConnectionError) as e:
             if not got_response and not upload.done:
                 raise _StaleConnection() from e
-            raise RequestFailed("connection", f"connection lost: {e!r}") from None
+            raise RequestFailed(ErrorKind.CONNECTION, f"connection lost: {e!r}") from None
         except aiohttp.ClientResponseError as e:
-            raise RequestFailed("malformed", f"bad HTTP response: {e}") from None
+            raise RequestFailed(ErrorKind.MALFORMED, f"bad HTTP response: {e}") from None
         except aiohttp.ClientError as e:
-            raise RequestFailed("connection", f"{type(e).__name__}: {e}") from None
+            raise RequestFailed(ErrorKind.CONNECTION, f"{type(e).__name__}: {e}") from None
 
 
 class _StaleConnection(Exception):

@@ -23,7 +23,7 @@ from replay.driver.http_common import (
     parse_json,
     refused,
 )
-from replay.errors import RequestFailed
+from replay.errors import ErrorKind, RequestFailed
 from replay.protocol import CompletionRequest, CompletionResult
 
 __all__ = ["HttpxTransport"]
@@ -105,17 +105,20 @@ class HttpxTransport:
         except httpx.ConnectError as e:
             if _is_refused(e):
                 raise refused(self._url, str(e)) from None
-            raise RequestFailed("connection", f"cannot connect to {self._url}: {e}") from None
+            raise RequestFailed(
+                ErrorKind.CONNECTION, f"cannot connect to {self._url}: {e}"
+            ) from None
         except (TimeoutError, httpx.TimeoutException):
             raise RequestFailed(
-                "timeout", f"no complete response within {self.options.request_timeout_s:g} s"
+                ErrorKind.TIMEOUT,
+                f"no complete response within {self.options.request_timeout_s:g} s",
             ) from None
         except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError) as e:
-            raise RequestFailed("connection", f"connection lost: {e!r}") from None
+            raise RequestFailed(ErrorKind.CONNECTION, f"connection lost: {e!r}") from None
         except httpx.DecodingError as e:
-            raise RequestFailed("malformed", f"undecodable response: {e}") from None
+            raise RequestFailed(ErrorKind.MALFORMED, f"undecodable response: {e}") from None
         except httpx.HTTPError as e:
-            raise RequestFailed("connection", f"{type(e).__name__}: {e}") from None
+            raise RequestFailed(ErrorKind.CONNECTION, f"{type(e).__name__}: {e}") from None
 
 
 def _is_refused(e: BaseException) -> bool:

@@ -33,7 +33,7 @@ from replay.driver.http_common import (
     parse_json,
     refused,
 )
-from replay.errors import RequestFailed
+from replay.errors import ErrorKind, RequestFailed
 from replay.protocol import CompletionRequest, CompletionResult
 
 __all__ = ["RawTransport", "RawConnectionPool"]
@@ -119,9 +119,9 @@ class _Connection(asyncio.Protocol):
             if isinstance(cause, RequestFailed):
                 self._fail(cause)
             else:
-                self._fail(RequestFailed("malformed", f"bad HTTP response: {cause or e}"))
+                self._fail(RequestFailed(ErrorKind.MALFORMED, f"bad HTTP response: {cause or e}"))
         except httptools.HttpParserError as e:
-            self._fail(RequestFailed("malformed", f"bad HTTP response: {e}"))
+            self._fail(RequestFailed(ErrorKind.MALFORMED, f"bad HTTP response: {e}"))
 
     def resume_writing(self) -> None:
         self._written_all = True
@@ -144,9 +144,9 @@ class _Connection(asyncio.Protocol):
         if not self._got_bytes and not self._written_all:
             return _StaleConnection(repr(exc) if exc else "closed by peer")
         if self._got_bytes:
-            return RequestFailed("connection", "connection lost: response cut off")
+            return RequestFailed(ErrorKind.CONNECTION, "connection lost: response cut off")
         why = repr(exc) if exc else "server closed the connection without answering"
-        return RequestFailed("connection", f"connection lost: {why}")
+        return RequestFailed(ErrorKind.CONNECTION, f"connection lost: {why}")
 
     # --- httptools callbacks -----------------------------------------------------------------
 
@@ -258,7 +258,7 @@ class _Connection(asyncio.Protocol):
     def _timed_out(self) -> None:
         self._fail(
             RequestFailed(
-                "timeout", f"no complete response within {self.pool.request_timeout_s:g} s"
+                ErrorKind.TIMEOUT, f"no complete response within {self.pool.request_timeout_s:g} s"
             )
         )
 
@@ -369,7 +369,7 @@ class RawConnectionPool:
                         self._wake_one(None)  # pass the free slot on
                 if isinstance(e, TimeoutError):
                     raise RequestFailed(
-                        "timeout", f"no free connection within {self.request_timeout_s:g} s"
+                        ErrorKind.TIMEOUT, f"no free connection within {self.request_timeout_s:g} s"
                     ) from None
                 raise
             if conn is not None:
@@ -402,15 +402,17 @@ class RawConnectionPool:
                 raise refused(url, str(e)) from None
             if isinstance(e, TimeoutError):
                 why = f"could not connect to {url} within {timeout_s:g} s"
-                raise RequestFailed("timeout", why) from None
+                raise RequestFailed(ErrorKind.TIMEOUT, why) from None
             if isinstance(e, ssl.SSLError | ssl.CertificateError):
-                raise RequestFailed("connection", f"TLS handshake with {url} failed: {e}") from None
+                raise RequestFailed(
+                    ErrorKind.CONNECTION, f"TLS handshake with {url} failed: {e}"
+                ) from None
             if isinstance(e, OSError):
-                raise RequestFailed("connection", f"cannot connect to {url}: {e}") from None
+                raise RequestFailed(ErrorKind.CONNECTION, f"cannot connect to {url}: {e}") from None
             raise
         if self.closed:
             conn.abort()
-            raise RequestFailed("cancelled", "transport closed while connecting")
+            raise RequestFailed(ErrorKind.CANCELLED, "transport closed while connecting")
         return conn
 
     def release(self, conn: _Connection) -> None:
@@ -542,7 +544,7 @@ class RawTransport:
             try:
                 result = await self._send(chunks, deadline_s)
             except _StaleConnection as e:
-                raise RequestFailed("connection", f"connection lost: {e}") from None
+                raise RequestFailed(ErrorKind.CONNECTION, f"connection lost: {e}") from None
             result.extra["stale_connection_retries"] = 1
             return result
 

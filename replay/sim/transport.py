@@ -10,7 +10,7 @@ import asyncio
 
 import numpy as np
 
-from replay.errors import RequestFailed
+from replay.errors import ErrorKind, RequestFailed
 from replay.protocol import CompletionRequest, CompletionResult
 from replay.sim.engine import Seq, SimEngine
 from replay.sim.keying import TaskKeyer
@@ -51,14 +51,14 @@ class SimTransport:
         prompt = np.asarray(request.prompt)
         n_out = int(request.max_tokens)
         if len(prompt) == 0:
-            raise RequestFailed("http_4xx", "prompt is empty", 400)
+            raise RequestFailed(ErrorKind.HTTP_4XX, "prompt is empty", 400)
         if n_out < 0:
-            raise RequestFailed("http_4xx", "max_tokens must be >= 0", 400)
+            raise RequestFailed(ErrorKind.HTTP_4XX, "max_tokens must be >= 0", 400)
         limit = self.engine.max_request_tokens()
         if len(prompt) + n_out > limit:
             self.engine.c["rejected_requests"] += 1
             raise RequestFailed(
-                "http_4xx",
+                ErrorKind.HTTP_4XX,
                 f"prompt ({len(prompt)}) + max_tokens ({n_out}) exceeds what the simulated device "
                 f"holds ({limit} tokens); raise --device-kv-gib",
                 400,
@@ -79,7 +79,7 @@ class SimTransport:
         fut = asyncio.get_running_loop().create_future()
         seq.on_done = lambda s: settle(fut)
         seq.on_fail = lambda s, e: settle(
-            fut, RequestFailed("http_5xx", f"simulator engine failed: {e!r}", 500)
+            fut, RequestFailed(ErrorKind.HTTP_5XX, f"simulator engine failed: {e!r}", 500)
         )
         self._runner.submit(seq)
         await fut

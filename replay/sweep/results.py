@@ -14,6 +14,8 @@ from typing import Any
 
 import orjson
 
+from replay.status import RunStatus
+
 __all__ = [
     "write_bytes_atomic",
     "write_json_atomic",
@@ -25,7 +27,7 @@ __all__ = [
 
 # A run with one of these statuses in its run.json is not run again unless --force.
 # `failed` and `interrupted` runs are retried on the next sweep.
-FINISHED_STATUSES = ("ok", "errors")
+FINISHED_STATUSES = (RunStatus.OK, RunStatus.ERRORS)
 _JSON = orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS
 
 
