@@ -38,6 +38,8 @@ __all__ = ["RunResult", "RunControl", "PoolStats", "replay"]
 
 Sink = Callable[[dict[str, Any]], None]
 
+# Python 3.11 reads an enum member off its class through a descriptor (~0.4 us): once per call
+_OK, _ERROR = CallStatus.OK, CallStatus.ERROR
 _LAG_PERIOD_S = 0.05  # event-loop lag probe interval (real loops only)
 
 
@@ -405,7 +407,7 @@ class _Pool:
                     return dep_end
                 row = await self._send(step, slot, t_ready)
                 t_end = self.t0 + row["t_end"]
-                abort = row["status"] != CallStatus.OK and self.opt.on_error == "abort-task"
+                abort = row["status"] != _OK and self.opt.on_error == "abort-task"
                 self._ended(c.ref, t_end, slot, spawn=not abort)
                 prev = (c, self.t0 + row["t_send"])
                 dep_end = t_end
@@ -590,7 +592,7 @@ class _Pool:
             device_hit_tokens=device,
             host_restore_tokens=host,
             exact_match=exact,
-            status=CallStatus.OK if error is None else CallStatus.ERROR,
+            status=_OK if error is None else _ERROR,
             error_kind=None if error is None else error.kind,
             error=None if error is None else str(error),
         ).as_row()

@@ -78,10 +78,11 @@ class CallRecord(NamedTuple):
 
     def as_row(self) -> dict[str, Any]:
         """The row as written to calls.jsonl: plain JSON values, keys in column order."""
-        row = dict(zip(CALL_COLUMNS, self, strict=True))
-        row["status"] = self.status.value
+        row = dict(zip(CALL_COLUMNS, self))  # noqa: B905 - a CallRecord has every column
+        # `_value_`, not `.value`: the property costs ~0.4 us on Python 3.11, once per call
+        row["status"] = self.status._value_
         if self.error_kind is not None:
-            row["error_kind"] = self.error_kind.value
+            row["error_kind"] = self.error_kind._value_
         return row
 
 
