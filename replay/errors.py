@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from enum import StrEnum
+
 __all__ = [
+    "ErrorKind",
     "ReplayError",
     "TraceError",
     "ConfigError",
@@ -49,16 +52,30 @@ class EngineError(ReplayError):
     exit_code = 1
 
 
+class ErrorKind(StrEnum):
+    """Why a call failed: the `error_kind` column of calls.jsonl/parquet and the keys of the
+    summary's `error_kinds`. The values are stable: results files carry them."""
+
+    HTTP_4XX = "http_4xx"  # the server refused the request (bad or too long for it)
+    HTTP_5XX = "http_5xx"  # the server failed while serving it
+    TIMEOUT = "timeout"  # no complete response within the request timeout
+    CONNECTION = "connection"  # refused, reset or closed before the response was complete
+    MALFORMED = "malformed"  # a response the client could not read as a completion
+    LENGTH_MISMATCH = "length_mismatch"  # --strict: reported lengths differ from what was sent
+    CANCELLED = "cancelled"  # the run stopped while the call was in flight
+
+
 class RequestFailed(ReplayError):
     """One completion request failed. `kind` is a stable class name used in records and summaries.
 
-    Kinds: http_4xx, http_5xx, timeout, connection, malformed, length_mismatch, cancelled.
+    `kind` is an `ErrorKind` (its string value is accepted too; an unknown one is a ValueError,
+    so a misspelt kind fails where it is raised, not as a new column value in the results).
     """
 
     exit_code = 1
 
-    def __init__(self, kind: str, message: str, status: int | None = None):
-        self.kind = kind
+    def __init__(self, kind: ErrorKind | str, message: str, status: int | None = None):
+        self.kind = ErrorKind(kind)
         self.status = status
         super().__init__(f"{kind}: {message}")
 

@@ -389,8 +389,8 @@ class ScriptedTransport:
         self.closed = True
 
     async def complete(self, req):
-        from replay.driver.transport import CompletionResult
         from replay.errors import RequestFailed
+        from replay.protocol import CompletionResult
 
         loop = asyncio.get_running_loop()
         t0 = loop.time()

@@ -7,7 +7,7 @@ import asyncio
 import numpy as np
 
 from replay.clock import run_virtual
-from replay.driver.transport import CompletionRequest, CompletionResult
+from replay.protocol import CompletionRequest, CompletionResult
 from replay.sim.options import SimConfig
 from replay.sim.transport import SimTransport
 from replay.trace.model import Trace

@@ -26,8 +26,8 @@ from replay.driver.options import RunOptions
 from replay.driver.pool import replay
 from replay.driver.records import read_jsonl
 from replay.driver.run import run_replay
-from replay.driver.transport import CompletionRequest
 from replay.errors import RequestFailed
+from replay.protocol import CompletionRequest
 from tests.servers import FaultServer, ScriptServer, free_port, make_trace, sse_body
 
 TRANSPORT_NAMES = sorted(TRANSPORTS)

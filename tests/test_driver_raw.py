@@ -21,8 +21,8 @@ from hypothesis import strategies as st
 
 from replay.driver.http_common import HttpOptions
 from replay.driver.http_raw import RawTransport, _rest
-from replay.driver.transport import CompletionRequest
 from replay.errors import RequestFailed
+from replay.protocol import CompletionRequest
 from tests.servers import ScriptServer, sse_body
 
 PROMPT = np.arange(50, dtype=np.int32)

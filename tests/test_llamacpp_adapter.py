@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from replay.engines.base import CANONICAL_COUNTERS
+from replay.counters import CANONICAL_COUNTERS
 from replay.engines.llamacpp import ADAPTER, cache_ram_mib, launch, map_counters
 from replay.engines.registry import ENGINES, adapter_for_metrics
 from replay.errors import ConfigError

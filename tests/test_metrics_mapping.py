@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from replay.counters import CANONICAL_COUNTERS
 from replay.engines import lmcache, sglang, sim_engines, vllm
-from replay.engines.base import CANONICAL_COUNTERS
 from replay.engines.registry import adapter_for_metrics
 from replay.errors import EngineError
 from replay.metrics import counter_deltas, label_value, parse_metrics, sample_sum

@@ -190,8 +190,8 @@ class ServiceTimeTransport:
     async def complete(self, request):
         import asyncio
 
-        from replay.driver.transport import CompletionResult
         from replay.model.order import _new_tokens
+        from replay.protocol import CompletionResult
 
         loop = asyncio.get_running_loop()
         call = self.trace.call((request.task, request.call))

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 from replay.clock import run_virtual
-from replay.driver.transport import CompletionRequest
 from replay.errors import RequestFailed
 from replay.model.presets import HARDWARE, MODELS
+from replay.protocol import CompletionRequest
 from replay.sim.options import SimConfig
 from replay.sim.transport import SimTransport
 from replay.trace.model import Trace

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from replay.clock import run_virtual
-from replay.driver.transport import CompletionRequest
+from replay.protocol import CompletionRequest
 from replay.sim.scenarios import EXPLAINER_CONFIG, explainer_trace, round_robin
 from replay.sim.transport import SimTransport
 from tests.sim_helpers import tokens

@@ -6,9 +6,10 @@ import click
 import pytest
 from click.testing import CliRunner
 
+from replay.cli.sim_options import sim_options
 from replay.errors import ConfigError
 from replay.model.presets import HARDWARE, MODELS, get_hardware, get_model
-from replay.sim.options import SimConfig, sim_options
+from replay.sim.options import SimConfig
 
 
 def test_kv_bytes_per_token_match_the_model_cards():

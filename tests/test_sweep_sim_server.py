@@ -19,7 +19,7 @@ import orjson
 import pandas as pd
 import pytest
 
-from replay.engines.base import CANONICAL_COUNTERS
+from replay.counters import CANONICAL_COUNTERS
 from replay.sweep.config import load_experiment
 from replay.sweep.prepare import load_trace
 from replay.sweep.runner import run_sweep
@@ -97,7 +97,7 @@ def sim_servers_of(parent: int) -> list[int]:
             cmd = (entry / "cmdline").read_bytes()
         except OSError:
             continue
-        if int(stat[1]) == parent and b"replay.engines.sim_engines" in cmd and stat[0] != "Z":
+        if int(stat[1]) == parent and b"replay.cli.sim_cmd" in cmd and stat[0] != "Z":
             out.append(int(entry.name))
     return out
 

@@ -12,6 +12,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from replay.counters import COMPUTED_PREFILL_TOKENS
+from replay.status import RunStatus
+
 __all__ = [
     "DERIVED_METRICS",
     "TIER_PARAM",
@@ -99,7 +102,7 @@ def pressure_ratio(working_set_gib: Any, host_tier_gib: Any) -> Any:
 DERIVED_METRICS: Mapping[str, tuple[Any, tuple[str, str]]] = {
     "computed_prefill_fraction": (
         computed_prefill_fraction,
-        ("computed_prefill_tokens", "prompt_tokens"),
+        (COMPUTED_PREFILL_TOKENS, "prompt_tokens"),
     ),
     "device_hit_fraction": (device_hit_fraction, ("device_hit_tokens", "prompt_tokens")),
     "host_hit_fraction": (host_hit_fraction, ("host_restore_tokens", "prompt_tokens")),
@@ -139,7 +142,11 @@ def add_derived(
 def _relative_to_baseline(
     runs: pd.DataFrame, params: Sequence[str], baseline: Mapping[str, Any]
 ) -> pd.Series:
-    ok = runs["status"].eq("ok") if "status" in runs.columns else pd.Series(True, index=runs.index)
+    ok = (
+        runs["status"].eq(RunStatus.OK)
+        if "status" in runs.columns
+        else pd.Series(True, index=runs.index)
+    )
     is_base = ok.copy()
     for key, value in baseline.items():
         is_base &= runs[key].eq(value)

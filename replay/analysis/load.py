@@ -16,6 +16,7 @@ import orjson
 import pandas as pd
 
 from replay.errors import ConfigError
+from replay.status import RunStatus
 
 __all__ = [
     "RUN_STATUSES_OK",
@@ -26,7 +27,7 @@ __all__ = [
     "parse_point_name",
 ]
 
-RUN_STATUSES_OK = ("ok",)
+RUN_STATUSES_OK = (RunStatus.OK,)
 # Provenance facts the report shows; looked up by key anywhere in run.json's provenance.
 PROVENANCE_KEYS = {
     "engine_version": ("engine_version", "server_version"),

@@ -19,6 +19,7 @@ import pandas as pd
 
 from replay.analysis.derived import TIER_PARAM
 from replay.analysis.load import parse_point_name
+from replay.counters import COMPUTED_PREFILL_TOKENS
 
 __all__ = [
     "PREDICTED_QUANTITIES",
@@ -32,7 +33,7 @@ __all__ = [
 ]
 
 PREDICTED_QUANTITIES = (
-    "computed_prefill_tokens",
+    COMPUTED_PREFILL_TOKENS,
     "host_restore_tokens",
     "host_write_tokens",
     "host_coverage_tokens",

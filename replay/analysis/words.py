@@ -10,12 +10,13 @@ from typing import Any
 import pandas as pd
 
 from replay.analysis.compare import NO_DATA, REAL, SINGLE_REPEAT, WITHIN_NOISE
+from replay.counters import COMPUTED_PREFILL_TOKENS
 
 __all__ = ["METRIC_NAMES", "comparison_sentence", "fmt_interval", "fmt_num", "fmt_point"]
 
 METRIC_NAMES = {
     "makespan_s": "makespan",
-    "computed_prefill_tokens": "computed prefill",
+    COMPUTED_PREFILL_TOKENS: "computed prefill",
     "host_restore_tokens": "host restores",
     "host_write_tokens": "host writes",
     "device_hit_tokens": "device hits",

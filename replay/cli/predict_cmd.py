@@ -11,6 +11,7 @@ from pathlib import Path
 import click
 import orjson
 
+from replay.counters import COMPUTED_PREFILL_TOKENS
 from replay.errors import ConfigError
 from replay.model.closed_form import closed_form
 from replay.model.economics import economics_table
@@ -90,7 +91,7 @@ def _print_tiers(doc: dict) -> None:
         ("pressure_ratio", "pressure"),
         ("host_coverage_tokens", "coverage"),
         ("host_restore_tokens", "restored"),
-        ("computed_prefill_tokens", "computed"),
+        (COMPUTED_PREFILL_TOKENS, "computed"),
         ("host_write_tokens", "written"),
     ]
     click.echo("  ".join(f"{h:>14}" for _, h in cols))

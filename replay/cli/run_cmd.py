@@ -9,9 +9,9 @@ from typing import TYPE_CHECKING, Any
 import click
 import orjson
 
+from replay.cli.sim_options import sim_options
 from replay.driver.options import ON_ERROR, TIMINGS, RunOptions
 from replay.errors import ConfigError
-from replay.sim.options import sim_options
 
 if TYPE_CHECKING:
     from replay.trace.model import Trace
@@ -182,20 +182,28 @@ def command(
         request_extras=adapter.request_extras,
     )
     trace = read_trace(trace_path)
-    # An earlier run's files left beside this one's would be reported as this run's.
-    prepare_out_dir(Path(out_dir), force=force)
+
+    def prepare() -> None:
+        # An earlier run's files left beside this one's would be reported as this run's.
+        prepare_out_dir(Path(out_dir), force=force)
+
     if engine == "sim":
+        prepare()
         summary = _run_sim(trace, options, out_dir, simopts)
     else:
         assert url is not None
-        summary = _run_http(trace, options, out_dir, url, engine_kind, served_model, transport_name)
+        summary = _run_http(
+            trace, options, out_dir, url, engine_kind, served_model, transport_name, prepare
+        )
     _print(summary, json_out)
     code = exit_code(summary["status"])
     if code:
         sys.exit(code)  # click's Exit is swallowed by main() in non-standalone mode
 
 
-def _run_http(trace, options, out_dir, url, engine_kind, served_model, transport_name):
+def _run_http(trace, options, out_dir, url, engine_kind, served_model, transport_name, prepare):
+    """Replay over HTTP; `prepare()` makes the results directory once the server has been asked
+    for its model, so a refused start leaves nothing behind."""
     from replay.driver.control import served_model as fetch_served_model
     from replay.driver.http import http_transport_factory
     from replay.driver.http_common import HttpOptions
@@ -209,6 +217,7 @@ def _run_http(trace, options, out_dir, url, engine_kind, served_model, transport
         if options.strict:
             raise ConfigError("run", "--served-model", f"{why}; give --served-model NAME")
         warnings.append(f"{why}: requests carry no `model` field (give --served-model NAME)")
+    prepare()
     factory = http_transport_factory(url, trace, options, transport=transport_name, model=model)
     prov = {"url": url, "engine": engine_kind, "served_model": model, "transport": transport_name}
     return run_replay(trace, factory, options, out_dir, provenance=prov, warnings=warnings)

@@ -5,11 +5,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
+import sys
 
 import click
 
-from replay.errors import ConfigError
-from replay.sim.options import SimConfig, sim_options
+from replay.cli.sim_options import sim_options
+from replay.errors import ConfigError, ReplayError
+from replay.sim.options import SimConfig
 
 
 @click.group(name="sim")
@@ -57,3 +59,23 @@ def presets_cmd() -> None:
         )
     for m in MODELS.values():
         click.echo(f"model    {m.name:20s} KV bytes/token at TP1 {m.bytes_per_token(1)}")
+
+
+def main(argv: list[str]) -> int:
+    """`replay sim` with the CLI's error contract (one line, exit code), minus the imports of every
+    other subcommand: the `sim-server` engine launches `python -m replay.cli.sim_cmd serve ...`."""
+    try:
+        command.main(args=argv, prog_name="replay sim", standalone_mode=False)
+    except click.ClickException as e:
+        e.show()
+        return e.exit_code
+    except ReplayError as e:
+        print(f"replay: {e}", file=sys.stderr)
+        return e.exit_code
+    except KeyboardInterrupt:
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

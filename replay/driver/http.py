@@ -9,8 +9,8 @@ from replay.driver.http_common import HttpOptions
 from replay.driver.http_httpx import HttpxTransport
 from replay.driver.http_raw import RawTransport
 from replay.driver.options import RunOptions
-from replay.driver.transport import Transport
 from replay.errors import ConfigError
+from replay.protocol import Transport
 from replay.trace.model import Trace
 
 __all__ = ["TRANSPORTS", "DEFAULT_TRANSPORT", "connection_limit", "http_transport_factory"]

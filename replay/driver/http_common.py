@@ -17,8 +17,8 @@ from urllib.parse import urlsplit
 import numpy as np
 import orjson
 
-from replay.driver.transport import CompletionRequest, CompletionResult, ConnectionRefused
-from replay.errors import RequestFailed
+from replay.errors import ErrorKind, RequestFailed
+from replay.protocol import CompletionRequest, CompletionResult, ConnectionRefused
 
 __all__ = [
     "COMPLETIONS_PATH",
@@ -186,7 +186,7 @@ class SseAccumulator:
     """Parses an OpenAI completions SSE stream (or a plain JSON body) into a `CompletionResult`.
 
     Feed raw lines as they arrive with the loop time; `finish` checks that the stream ended
-    properly. Anything that is not the OpenAI shape raises `RequestFailed("malformed", ...)`.
+    properly. Anything that is not the OpenAI shape raises `RequestFailed` of kind `malformed`.
     """
 
     def __init__(self) -> None:
@@ -218,7 +218,9 @@ class SseAccumulator:
         if not line.startswith(b"data:"):
             if line.startswith((b"event:", b"id:", b"retry:")):
                 return
-            raise RequestFailed("malformed", f"unexpected line in event stream: {line[:80]!r}")
+            raise RequestFailed(
+                ErrorKind.MALFORMED, f"unexpected line in event stream: {line[:80]!r}"
+            )
         data = line[5:].strip()
         if data == b"[DONE]":
             self.done = True
@@ -227,14 +229,18 @@ class SseAccumulator:
 
     def feed_object(self, obj: Any, now: float) -> None:
         if not isinstance(obj, dict):
-            raise RequestFailed("malformed", f"expected a JSON object, got {type(obj).__name__}")
+            raise RequestFailed(
+                ErrorKind.MALFORMED, f"expected a JSON object, got {type(obj).__name__}"
+            )
         if "error" in obj and "choices" not in obj:
-            raise RequestFailed("malformed", f"error object in stream: {str(obj['error'])[:200]}")
+            raise RequestFailed(
+                ErrorKind.MALFORMED, f"error object in stream: {str(obj['error'])[:200]}"
+            )
         self.chunks += 1
         choices = obj.get("choices")
         if choices:
             if not isinstance(choices, list) or not isinstance(choices[0], dict):
-                raise RequestFailed("malformed", "`choices` is not a list of objects")
+                raise RequestFailed(ErrorKind.MALFORMED, "`choices` is not a list of objects")
             choice = choices[0]
             if self.t_first_token is None and (choice.get("text") or choice.get("token_ids")):
                 self.t_first_token = now
@@ -244,7 +250,7 @@ class SseAccumulator:
         usage = obj.get("usage")
         if usage is not None:
             if not isinstance(usage, dict):
-                raise RequestFailed("malformed", "`usage` is not an object")
+                raise RequestFailed(ErrorKind.MALFORMED, "`usage` is not an object")
             self.usage = usage
         for key in ("timings", "meta_info"):  # llama.cpp / SGLang per-request details
             if key in obj:
@@ -266,9 +272,9 @@ class SseAccumulator:
 
     def result(self, t_end: float, streamed: bool) -> CompletionResult:
         if streamed and not self.done and self.usage is None:
-            raise RequestFailed("malformed", "event stream ended without usage or [DONE]")
+            raise RequestFailed(ErrorKind.MALFORMED, "event stream ended without usage or [DONE]")
         if self.chunks == 0:
-            raise RequestFailed("malformed", "response had no completion object")
+            raise RequestFailed(ErrorKind.MALFORMED, "response had no completion object")
         usage = self.usage or {}
         details = usage.get("prompt_tokens_details")
         cached = details.get("cached_tokens") if isinstance(details, dict) else None
@@ -298,20 +304,20 @@ def parse_json(data: bytes) -> Any:
     try:
         return orjson.loads(data)
     except orjson.JSONDecodeError as e:
-        raise RequestFailed("malformed", f"invalid JSON ({e}): {data[:80]!r}") from None
+        raise RequestFailed(ErrorKind.MALFORMED, f"invalid JSON ({e}): {data[:80]!r}") from None
 
 
 def _int_or_none(v: Any) -> int | None:
     if v is None:
         return None
     if isinstance(v, bool) or not isinstance(v, int | float):
-        raise RequestFailed("malformed", f"usage count is not a number: {v!r}")
+        raise RequestFailed(ErrorKind.MALFORMED, f"usage count is not a number: {v!r}")
     return int(v)
 
 
 def http_status_error(status: int, body: bytes) -> RequestFailed:
     """HTTP error status -> `http_4xx`/`http_5xx` with the server's message (shortened)."""
-    kind = "http_4xx" if 400 <= status < 500 else "http_5xx"
+    kind = ErrorKind.HTTP_4XX if 400 <= status < 500 else ErrorKind.HTTP_5XX
     text = body[:300].decode("utf-8", "replace").strip()
     return RequestFailed(kind, f"HTTP {status}: {text}", status=status)
 
@@ -377,10 +383,12 @@ class ErrorMap:
         if what == "connect":
             if _is_refused(exc):
                 return refused(url, str(exc) or detail)
-            return RequestFailed("connection", f"cannot connect to {url} ({detail})")
+            return RequestFailed(ErrorKind.CONNECTION, f"cannot connect to {url} ({detail})")
         if what == "connect_timeout":
             wait_s = options.connect_timeout_s if connect_timeout_s is None else connect_timeout_s
-            return RequestFailed("timeout", f"could not connect to {url} within {wait_s:g} s")
+            return RequestFailed(
+                ErrorKind.TIMEOUT, f"could not connect to {url} within {wait_s:g} s"
+            )
         if what == "timeout":
             return timed_out(options.request_timeout_s)
         if what == "cut" or (what == "lost" and answered):
@@ -390,26 +398,28 @@ class ErrorMap:
         if what == "malformed":
             return bad_response(detail)
         if what == "tls":
-            return RequestFailed("connection", f"TLS handshake with {url} failed ({detail})")
-        return RequestFailed("connection", f"client error ({detail})")
+            return RequestFailed(
+                ErrorKind.CONNECTION, f"TLS handshake with {url} failed ({detail})"
+            )
+        return RequestFailed(ErrorKind.CONNECTION, f"client error ({detail})")
 
 
 def timed_out(request_timeout_s: float) -> RequestFailed:
-    return RequestFailed("timeout", f"no complete response within {request_timeout_s:g} s")
+    return RequestFailed(ErrorKind.TIMEOUT, f"no complete response within {request_timeout_s:g} s")
 
 
 def bad_response(detail: str) -> RequestFailed:
-    return RequestFailed("malformed", f"bad HTTP response ({detail})")
+    return RequestFailed(ErrorKind.MALFORMED, f"bad HTTP response ({detail})")
 
 
 def lost(detail: str) -> RequestFailed:
     """The connection died after the whole request was sent and before any response."""
-    return RequestFailed("connection", f"connection lost: no response ({detail})")
+    return RequestFailed(ErrorKind.CONNECTION, f"connection lost: no response ({detail})")
 
 
 def cut_off(detail: str) -> RequestFailed:
     """The connection died while the response was coming."""
-    return RequestFailed("connection", f"connection lost: response cut off ({detail})")
+    return RequestFailed(ErrorKind.CONNECTION, f"connection lost: response cut off ({detail})")
 
 
 def _is_refused(exc: BaseException) -> bool:

@@ -29,8 +29,8 @@ from replay.driver.http_common import (
     parse_json,
     resend_once,
 )
-from replay.driver.transport import CompletionRequest, CompletionResult
 from replay.errors import RequestFailed
+from replay.protocol import CompletionRequest, CompletionResult
 
 __all__ = ["HttpxTransport"]
 

@@ -40,8 +40,8 @@ from replay.driver.http_common import (
     resend_once,
     timed_out,
 )
-from replay.driver.transport import CompletionRequest, CompletionResult
-from replay.errors import RequestFailed
+from replay.errors import ErrorKind, RequestFailed
+from replay.protocol import CompletionRequest, CompletionResult
 
 __all__ = ["RawTransport", "RawConnectionPool"]
 
@@ -375,7 +375,7 @@ class RawConnectionPool:
                         self._wake_one(None)  # pass the free slot on
                 if isinstance(e, TimeoutError):
                     raise RequestFailed(
-                        "timeout", f"no free connection within {self.request_timeout_s:g} s"
+                        ErrorKind.TIMEOUT, f"no free connection within {self.request_timeout_s:g} s"
                     ) from None
                 raise
             if conn is not None:
@@ -409,7 +409,7 @@ class RawConnectionPool:
             raise error from None
         if self.closed:
             conn.abort()
-            raise RequestFailed("cancelled", "transport closed while connecting")
+            raise RequestFailed(ErrorKind.CANCELLED, "transport closed while connecting")
         return conn
 
     def release(self, conn: _Connection) -> None:

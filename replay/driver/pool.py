@@ -21,20 +21,25 @@ from typing import Any
 import numpy as np
 
 from replay.clock import VirtualTimeLoop
+from replay.counters import DEVICE_HIT_TOKENS, HOST_RESTORE_TOKENS
 from replay.driver.options import RunOptions
-from replay.driver.transport import (
+from replay.driver.records import CallRecord
+from replay.errors import ConfigError, ErrorKind, RequestFailed, ServerGone
+from replay.protocol import (
     CompletionRequest,
     CompletionResult,
     ConnectionRefused,
     Transport,
 )
-from replay.errors import ConfigError, RequestFailed, ServerGone
+from replay.status import CallStatus, RunStatus
 from replay.trace.model import Call, CallRef, Step, Trace
 
 __all__ = ["RunResult", "RunControl", "PoolStats", "replay"]
 
 Sink = Callable[[dict[str, Any]], None]
 
+# Python 3.11 reads an enum member off its class through a descriptor (~0.4 us): once per call
+_OK, _ERROR = CallStatus.OK, CallStatus.ERROR
 _LAG_PERIOD_S = 0.05  # event-loop lag probe interval (real loops only)
 
 
@@ -52,7 +57,7 @@ class PoolStats:
 class RunResult:
     """What a replay produced. `rows` are the call records (also streamed to the sink)."""
 
-    status: str  # ok | errors | failed | interrupted
+    status: RunStatus
     reason: str | None
     rows: list[dict[str, Any]]
     total_calls: int
@@ -67,9 +72,9 @@ class RunControl:
 
     def __init__(self) -> None:
         self._pool: _Pool | None = None
-        self._pending: tuple[str, str] | None = None
+        self._pending: tuple[RunStatus, str] | None = None
 
-    def stop(self, status: str = "interrupted", reason: str = "interrupted") -> None:
+    def stop(self, status: RunStatus = RunStatus.INTERRUPTED, reason: str = "interrupted") -> None:
         if self._pool is not None:
             self._pool.stop(status, reason)
         else:
@@ -206,7 +211,7 @@ class _Pool:
         self.t0 = self.loop.time()
         self.rows: list[dict[str, Any]] = []
         self.stats = PoolStats(total=len(trace))
-        self.status = "ok"
+        self.status = RunStatus.OK
         self.reason: str | None = None
         self.stopping = False
         self.skipped = 0
@@ -265,7 +270,7 @@ class _Pool:
             if self.stopping:
                 await self._drain()
         except asyncio.CancelledError:
-            self.stop("interrupted", "cancelled")
+            self.stop(RunStatus.INTERRUPTED, "cancelled")
             await self._drain()
             raise
         finally:
@@ -274,8 +279,8 @@ class _Pool:
             await asyncio.gather(*helpers, return_exceptions=True)
             if bar is not None:
                 bar.close()
-        if self.status == "ok" and self.stats.errors:
-            self.status = "errors"
+        if self.status == RunStatus.OK and self.stats.errors:
+            self.status = RunStatus.ERRORS
         sent = {(r["task"], r["call"]) for r in self.rows}
         self.skipped = len(self.trace) - len(sent)
         return RunResult(
@@ -289,7 +294,7 @@ class _Pool:
             open_loop=self.open_loop,
         )
 
-    def stop(self, status: str, reason: str) -> None:
+    def stop(self, status: RunStatus, reason: str) -> None:
         """No new sends; waiting agents end now, in-flight calls get `interrupt_grace_s`."""
         if self.stopping:
             return
@@ -329,7 +334,7 @@ class _Pool:
         self._agents.discard(t)
         self._sending.discard(t)
         if not t.cancelled() and t.exception() is not None and not self.stopping:
-            self.stop("failed", f"internal error: {t.exception()!r}")
+            self.stop(RunStatus.FAILED, f"internal error: {t.exception()!r}")
         if not self._agents and not self._all_done.done():
             self._all_done.set_result(None)
 
@@ -402,7 +407,7 @@ class _Pool:
                     return dep_end
                 row = await self._send(step, slot, t_ready)
                 t_end = self.t0 + row["t_end"]
-                abort = row["status"] != "ok" and self.opt.on_error == "abort-task"
+                abort = row["status"] != _OK and self.opt.on_error == "abort-task"
                 self._ended(c.ref, t_end, slot, spawn=not abort)
                 prev = (c, self.t0 + row["t_send"])
                 dep_end = t_end
@@ -492,7 +497,7 @@ class _Pool:
         try:
             result, t_send, error = await self._complete_retrying(req, t_send)
         except asyncio.CancelledError:
-            error = RequestFailed("cancelled", "run stopped while the call was in flight")
+            error = RequestFailed(ErrorKind.CANCELLED, "run stopped while the call was in flight")
             self._record(req, slot, t_ready, t_send, None, error)
             raise
         finally:
@@ -511,15 +516,17 @@ class _Pool:
                 self.refused_since = None
                 return res, t_send, None
             except ServerGone as e:
-                self.stop("failed", f"server gone: {e}")
-                return None, t_send, RequestFailed("connection", str(e))
+                self.stop(RunStatus.FAILED, f"server gone: {e}")
+                return None, t_send, RequestFailed(ErrorKind.CONNECTION, str(e))
             except ConnectionRefused as e:
                 now = self.loop.time()
                 if self.refused_since is None:
                     self.refused_since = now
                 if now - self.refused_since >= self.opt.server_gone_grace_s or self.stopping:
                     grace = self.opt.server_gone_grace_s
-                    self.stop("failed", f"server gone: refused connections for {grace:g} s: {e}")
+                    self.stop(
+                        RunStatus.FAILED, f"server gone: refused connections for {grace:g} s: {e}"
+                    )
                     return None, t_send, e
                 self.retries += 1
                 await _sleep_until(self.loop, now + backoff_s)
@@ -540,38 +547,20 @@ class _Pool:
         t0 = self.t0
         sent = len(req.prompt)
         t_end = res.t_end if res is not None else self.loop.time()
-        row: dict[str, Any] = {
-            "task": req.task,
-            "call": req.call,
-            "slot": slot,
-            "t_ready": t_ready - t0,
-            "t_send": t_send - t0,
-            "t_first_token": None,
-            "t_end": t_end - t0,
-            "drift_s": t_send - t_ready,
-            "prompt_tokens": sent,
-            "prompt_tokens_reported": None,
-            "max_tokens": req.max_tokens,
-            "completion_tokens": None,
-            "cached_tokens": None,
-            "device_hit_tokens": None,
-            "host_restore_tokens": None,
-            "exact_match": None,
-            "status": "ok",
-            "error_kind": None,
-            "error": None,
-        }
+        t_first = reported = completion = cached = device = host = exact = None
         if res is not None:
             if res.t_first_token is not None:
-                row["t_first_token"] = res.t_first_token - t0
-            row["prompt_tokens_reported"] = res.prompt_tokens
-            row["completion_tokens"] = res.completion_tokens
-            row["cached_tokens"] = res.cached_tokens
+                t_first = res.t_first_token - t0
+            reported, completion, cached = (
+                res.prompt_tokens,
+                res.completion_tokens,
+                res.cached_tokens,
+            )
             src = res.cached_by_source or {}
-            row["device_hit_tokens"] = _first(src, "device_hit_tokens", "device")
-            row["host_restore_tokens"] = _first(src, "host_restore_tokens", "host")
+            device = _first(src, DEVICE_HIT_TOKENS, "device")
+            host = _first(src, HOST_RESTORE_TOKENS, "host")
             if req.forced_output is not None and res.output_ids is not None:
-                row["exact_match"] = _exact_match(req.forced_output, res.output_ids)
+                exact = _exact_match(req.forced_output, res.output_ids)
             mismatch = (res.prompt_tokens is not None and res.prompt_tokens != sent) or (
                 res.completion_tokens is not None and res.completion_tokens != req.max_tokens
             )
@@ -579,18 +568,36 @@ class _Pool:
             unchecked = res.prompt_tokens is None or res.completion_tokens is None
             if (mismatch or unchecked) and self.opt.strict:
                 error = RequestFailed(
-                    "length_mismatch",
+                    ErrorKind.LENGTH_MISMATCH,
                     f"sent {sent} prompt tokens and asked for {req.max_tokens}; server reported "
                     f"{res.prompt_tokens} and {res.completion_tokens}"
                     + (" (no usage in the response)" if unchecked and not mismatch else ""),
                 )
                 what = "length mismatch" if mismatch else "no usage to check lengths"
-                self.stop("failed", f"--strict: {what} on {req.task} call {req.call}")
+                self.stop(RunStatus.FAILED, f"--strict: {what} on {req.task} call {req.call}")
         if error is not None:
-            row["status"] = "error"
-            row["error_kind"] = error.kind
-            row["error"] = str(error)
             self.stats.errors += 1
+        row = CallRecord(
+            task=req.task,
+            call=req.call,
+            slot=slot,
+            t_ready=t_ready - t0,
+            t_send=t_send - t0,
+            t_first_token=t_first,
+            t_end=t_end - t0,
+            drift_s=t_send - t_ready,
+            prompt_tokens=sent,
+            prompt_tokens_reported=reported,
+            max_tokens=req.max_tokens,
+            completion_tokens=completion,
+            cached_tokens=cached,
+            device_hit_tokens=device,
+            host_restore_tokens=host,
+            exact_match=exact,
+            status=_OK if error is None else _ERROR,
+            error_kind=None if error is None else error.kind,
+            error=None if error is None else str(error),
+        ).as_row()
         self.stats.done += 1
         self.rows.append(row)
         if self.sink is not None:

@@ -34,13 +34,19 @@ from replay.driver.records import (
     write_json_atomic,
     write_parquet,
 )
-from replay.driver.transport import Transport
+from replay.protocol import Transport
+from replay.status import CallStatus, RunStatus
 from replay.trace.model import Trace
 
 __all__ = ["run_replay", "EXIT_CODES", "exit_code", "quiet_gc", "freeze_setup"]
 
 # run.json status -> process exit code (`errors` still finished; the sweep reads the status)
-EXIT_CODES = {"ok": 0, "errors": 0, "failed": 1, "interrupted": 130}
+EXIT_CODES: dict[str, int] = {
+    RunStatus.OK: 0,
+    RunStatus.ERRORS: 0,
+    RunStatus.FAILED: 1,
+    RunStatus.INTERRUPTED: 130,
+}
 
 
 def exit_code(status: str) -> int:
@@ -139,7 +145,7 @@ def _run(
     jsonl.unlink(missing_ok=True)
     prov = _provenance(trace, provenance)
     doc: dict[str, Any] = {
-        "status": "failed",
+        "status": RunStatus.FAILED,
         "reason": "did not finish (the process stopped before writing its result)",
         "summary": None,
         "provenance": prov,
@@ -182,7 +188,7 @@ def _run(
     summary["connection_retries"] = result.connection_retries
     warnings = list(early_warnings)
     drift = summary["drift_p99_s"]
-    healthy_end = result.status in ("ok", "errors")
+    healthy_end = result.status in (RunStatus.OK, RunStatus.ERRORS)
     if not virtual and healthy_end and drift is not None and drift > options.drift_warn_s:
         warnings.append(
             f"p99 send drift {drift * 1e3:.1f} ms exceeds {options.drift_warn_s * 1e3:.0f} ms: "
@@ -192,7 +198,7 @@ def _run(
     warnings.extend(length_warnings(rows, summary))
     summary["warnings"] = warnings
     reason = result.reason
-    if reason is None and result.status == "errors":
+    if reason is None and result.status == RunStatus.ERRORS:
         reason = _errors_reason(rows, summary)
     doc.update(status=result.status, reason=reason, summary=summary)
     if counters is not None:
@@ -208,7 +214,7 @@ def _errors_reason(rows: list[dict], summary: dict) -> str:
     and the first one's message (a sweep's table and a test's assertion then say what went
     wrong without opening files)."""
     by_kind = ", ".join(f"{k} x{n}" for k, n in sorted(summary["error_kinds"].items()))
-    failed = (r for r in rows if r["status"] != "ok")
+    failed = (r for r in rows if r["status"] != CallStatus.OK)
     first = min(failed, key=lambda r: r["t_end"], default=None)
     where = f"; first: {first['task']} call {first['call']}: {first['error']}" if first else ""
     return f"{summary['errors']} of {summary['calls']} calls failed ({by_kind}){where}"
@@ -227,12 +233,12 @@ async def _main(
 
     def on_signal(hits: int) -> None:  # runs in a signal handler: only hand over to the loop
         if hits == 1:
-            loop.call_soon_threadsafe(control.stop, "interrupted", "interrupted by signal")
+            loop.call_soon_threadsafe(control.stop, RunStatus.INTERRUPTED, "interrupted by signal")
         else:
             loop.call_soon_threadsafe(control.hurry)
 
     if guard.hits:  # a signal came while the run was being set up: send nothing
-        control.stop("interrupted", "interrupted by signal")
+        control.stop(RunStatus.INTERRUPTED, "interrupted by signal")
     guard.on_signal = on_signal
     try:
         return await replay(trace, transport, options, sink, control=control, on_ready=freeze_setup)

@@ -2,8 +2,8 @@
 
 An adapter knows how to launch its server (argv list + environment, never a shell string), when it
 is ready, how to empty its prefix cache, which extra request fields force outputs, and how its
-Prometheus metrics map onto the canonical counters (docs/architecture.md). A counter the engine
-does not expose maps to None, never 0.
+Prometheus metrics map onto the canonical counters of `replay.counters` (docs/architecture.md). A
+counter the engine does not expose maps to None, never 0.
 """
 
 from __future__ import annotations
@@ -12,29 +12,14 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from replay.counters import Samples
+
 __all__ = [
-    "CANONICAL_COUNTERS",
     "LaunchSpec",
     "EngineAdapter",
-    "Samples",
     "openai_extras",
     "no_verify",
 ]
-
-# Canonical per-run counters (deltas between the scrape at replay start and at replay end).
-CANONICAL_COUNTERS = (
-    "prompt_tokens",
-    "output_tokens",
-    "device_hit_tokens",
-    "host_restore_tokens",
-    "computed_prefill_tokens",
-    "host_write_tokens",
-    "host_evicted_tokens",
-    "preemptions",
-)
-
-# Parsed metrics: {sample name: {sorted (label, value) pairs: cumulative value}} (replay.metrics).
-Samples = Mapping[str, Mapping[tuple, float]]
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,8 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
-from replay.engines.base import EngineAdapter, LaunchSpec, Samples
+from replay.counters import COMPUTED_PREFILL_TOKENS, Samples
+from replay.engines.base import EngineAdapter, LaunchSpec
 from replay.engines.common import LAUNCH_OPTIONS, extra_args, extra_env
 from replay.errors import ConfigError
 from replay.metrics.counters import sample_sum
@@ -197,7 +198,7 @@ def map_counters(samples: Samples) -> dict[str, float | None]:
         "output_tokens": sample_sum(samples, "llamacpp:tokens_predicted_total"),
         "device_hit_tokens": None,
         "host_restore_tokens": None,
-        "computed_prefill_tokens": computed,
+        COMPUTED_PREFILL_TOKENS: computed,
         "host_write_tokens": None,
         "host_evicted_tokens": None,
         "preemptions": None,
@@ -283,7 +284,7 @@ def predict_points(
             decode_tokens_per_s=base.decode_tokens_per_s * speed,
         )
         curve = predict_cache_ram(trace, cache_ram_mib=grid, service=svc, **common)
-        computed = [r["computed_prefill_tokens"] for r in curve]
+        computed = [r[COMPUTED_PREFILL_TOKENS] for r in curve]
         band["speed"].append(speed)
         band["halfway_mib"].append(halfway_mib(grid, computed))
         band["saturation_mib"].append(saturation_mib(trace, service=svc, **common)[0])
@@ -298,7 +299,7 @@ def predict_points(
             {
                 "host_tier_gib": mib / 1024,
                 "cache_ram_mib": mib,
-                "computed_prefill_tokens": r["computed_prefill_tokens"],
+                COMPUTED_PREFILL_TOKENS: r[COMPUTED_PREFILL_TOKENS],
                 "computed_prefill_band": [lo, hi],
                 "cached_tokens": r["cached_tokens"],
                 "device_hit_tokens": r["device_hit_tokens"],

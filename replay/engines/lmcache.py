@@ -27,8 +27,9 @@ from typing import Any
 
 import orjson
 
+from replay.counters import Samples
 from replay.engines import vllm
-from replay.engines.base import EngineAdapter, LaunchSpec, Samples
+from replay.engines.base import EngineAdapter, LaunchSpec
 from replay.engines.common import extra_args, extra_env, flag_value
 from replay.metrics.counters import one_rank, sample_sum
 

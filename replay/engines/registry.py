@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import importlib
 
+from replay.counters import CANONICAL_COUNTERS, Samples
 from replay.engines import external, lmcache, sglang, sim_engines, vllm
-from replay.engines.base import CANONICAL_COUNTERS, EngineAdapter, Samples
+from replay.engines.base import EngineAdapter
 from replay.errors import ConfigError
 
 __all__ = ["ENGINES", "get_engine", "adapter_for_metrics", "METRIC_PREFIXES"]
@@ -33,7 +34,8 @@ ENGINES: dict[str, EngineAdapter] = {
     "vllm": vllm.ADAPTER,
     "sglang": sglang.ADAPTER,
     "lmcache": lmcache.ADAPTER,
-    "external": external.ADAPTER,
+    # late-bound: adapter_for_metrics (below) reads ENGINES when it is called
+    "external": external.make_adapter(lambda samples: adapter_for_metrics(samples)),
 }
 _LLAMACPP = _llamacpp()
 if _LLAMACPP is not None:

@@ -18,7 +18,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from replay.engines.base import EngineAdapter, LaunchSpec, Samples, openai_extras
+from replay.counters import COMPUTED_PREFILL_TOKENS, Samples
+from replay.engines.base import EngineAdapter, LaunchSpec, openai_extras
 from replay.engines.common import (
     LAUNCH_OPTIONS,
     extra_args,
@@ -156,7 +157,7 @@ def map_counters(samples: Samples) -> dict[str, float | None]:
         "output_tokens": sample_sum(samples, "sglang:generation_tokens_total"),
         "device_hit_tokens": device,
         "host_restore_tokens": host_restore,
-        "computed_prefill_tokens": difference(prompt, sample_sum(samples, cached)),
+        COMPUTED_PREFILL_TOKENS: difference(prompt, sample_sum(samples, cached)),
         "host_write_tokens": first_present(
             sample_sum(samples, "sglang:hicache_backup_tokens_total", pool="kv"),
             sample_sum(samples, "sglang:hicache_backup_tokens_total"),

@@ -12,13 +12,8 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
-from replay.engines.base import (
-    CANONICAL_COUNTERS,
-    EngineAdapter,
-    LaunchSpec,
-    Samples,
-    openai_extras,
-)
+from replay.counters import CANONICAL_COUNTERS, Samples
+from replay.engines.base import EngineAdapter, LaunchSpec, openai_extras
 from replay.engines.common import extra_args, flag_value
 from replay.metrics.counters import first_present, sample_sum
 
@@ -46,13 +41,13 @@ def sim_argv(options: Mapping[str, Any]) -> list[str]:
 
 
 def launch_server(options: Mapping[str, Any], host: str, port: int) -> LaunchSpec:
-    """`python -m replay.engines.sim_engines serve --host H --port 0 SIMOPTS --ready-file F`:
+    """`python -m replay.cli.sim_cmd serve --host H --port 0 SIMOPTS --ready-file F`:
     the `replay sim serve` command, started without importing the whole CLI (faster start)."""
     python = str(options.get("python", sys.executable))
     argv = [
         python,
         "-m",
-        "replay.engines.sim_engines",
+        "replay.cli.sim_cmd",
         "serve",
         "--host",
         host,
@@ -107,28 +102,3 @@ SIM_SERVER = EngineAdapter(
     forcing=True,
     description="reference simulator behind its OpenAI-compatible HTTP server (subprocess)",
 )
-
-
-def _serve_main(argv: list[str]) -> int:
-    """`replay sim serve` with the CLI's error contract (one line, exit code), minus the imports
-    of every other subcommand."""
-    import click
-
-    from replay.cli.sim_cmd import command
-    from replay.errors import ReplayError
-
-    try:
-        command.main(args=argv, prog_name="replay sim", standalone_mode=False)
-    except click.ClickException as e:
-        e.show()
-        return e.exit_code
-    except ReplayError as e:
-        print(f"replay: {e}", file=sys.stderr)
-        return e.exit_code
-    except KeyboardInterrupt:
-        return 130
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(_serve_main(sys.argv[1:]))

@@ -18,7 +18,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from replay.engines.base import EngineAdapter, LaunchSpec, Samples, openai_extras
+from replay.counters import COMPUTED_PREFILL_TOKENS, Samples
+from replay.engines.base import EngineAdapter, LaunchSpec, openai_extras
 from replay.engines.common import (
     LAUNCH_OPTIONS,
     extra_args,
@@ -212,7 +213,7 @@ def map_counters(samples: Samples) -> dict[str, float | None]:
             sample_sum(samples, by_source, source="host"),
             sample_sum(samples, "vllm:external_prefix_cache_hits_total"),
         ),
-        "computed_prefill_tokens": first_present(
+        COMPUTED_PREFILL_TOKENS: first_present(
             sample_sum(samples, "vllm:prompt_tokens_by_source_total", source="local_compute"),
             sample_sum(samples, "vllm:request_prefill_kv_computed_tokens_sum"),
             difference(

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
+from replay.counters import Samples
+
 __all__ = [
     "sample_sum",
     "first_present",
@@ -16,8 +18,6 @@ __all__ = [
     "difference",
     "one_rank",
 ]
-
-Samples = Mapping[str, Mapping[tuple, float]]
 
 
 def sample_sum(samples: Samples, name: str, **where: str) -> float | None:

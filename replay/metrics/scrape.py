@@ -16,12 +16,11 @@ from typing import IO
 import httpx
 import orjson
 
+from replay.counters import Samples
 from replay.errors import EngineError
 from replay.metrics.parse import parse_metrics
 
 __all__ = ["fetch_text", "fetch_samples", "MetricsRecorder", "http_client"]
-
-Samples = dict[str, dict[tuple, float]]
 
 
 def fetch_text(url: str, *, timeout_s: float = 5.0, client: httpx.Client | None = None) -> str:

@@ -33,6 +33,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from replay.counters import COMPUTED_PREFILL_TOKENS
 from replay.errors import ConfigError
 from replay.model.order import EngineQueue, Schedule, ServiceModel, closed_loop_schedule
 from replay.model.streams import KeyedTrace
@@ -57,7 +58,7 @@ RANGE_SEEDS = 8
 QUEUE_ITERATIONS = 2
 
 RANGE_QUANTITIES = (
-    "computed_prefill_tokens",
+    COMPUTED_PREFILL_TOKENS,
     "host_restore_tokens",
     "host_write_tokens",
     "host_coverage_tokens",
@@ -168,7 +169,7 @@ class QueuedModels:
 
 
 def _work_of(model: TierModel, capacity_chunks: int) -> dict[CallRef, int]:
-    computed = model.per_call(capacity_chunks)["computed_prefill_tokens"]
+    computed = model.per_call(capacity_chunks)[COMPUTED_PREFILL_TOKENS]
     return dict(zip(model.schedule.refs, computed.tolist(), strict=True))
 
 

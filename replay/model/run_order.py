@@ -16,6 +16,7 @@ import orjson
 
 from replay.errors import ConfigError
 from replay.model.order import Schedule
+from replay.status import CallStatus
 from replay.trace.model import CallRef
 
 __all__ = ["read_run_order", "read_run_schedule", "parse_order"]
@@ -67,7 +68,9 @@ def _sent_rows(run_dir: str | Path, include_errors: bool) -> list[tuple]:
             t_send = r.get("t_send")
         except (KeyError, TypeError, ValueError):
             raise ConfigError(str(path), "task/call", f"row {n + 1} lacks task or call") from None
-        if t_send is None or (not include_errors and r.get("status", "ok") != "ok"):
+        if t_send is None or (
+            not include_errors and r.get("status", CallStatus.OK) != CallStatus.OK
+        ):
             continue
         t_ready = r.get("t_ready")
         keyed.append((float(t_send), float(t_ready if t_ready is not None else t_send), n, ref, r))

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from replay.counters import COMPUTED_PREFILL_TOKENS
 from replay.errors import ConfigError
 from replay.model.lru_events import device_pass, host_pass
 from replay.model.order import Schedule
@@ -105,7 +106,7 @@ class TierModel:
             "device_hit_tokens": self._device_prefix,
             "host_coverage_tokens": coverage,
             "host_restore_tokens": restore,
-            "computed_prefill_tokens": self._prompt_len - self._device_prefix - restore,
+            COMPUTED_PREFILL_TOKENS: self._prompt_len - self._device_prefix - restore,
             # no tier, nothing written (the engine has nowhere to put it)
             "host_write_tokens": written * c if capacity_chunks > 0 else np.zeros_like(written),
         }
@@ -116,7 +117,7 @@ class TierModel:
         return TierPrediction(
             host_tier_gib=tier_gib,
             host_capacity_chunks=int(capacity_chunks),
-            computed_prefill_tokens=int(p["computed_prefill_tokens"].sum()),
+            computed_prefill_tokens=int(p[COMPUTED_PREFILL_TOKENS].sum()),
             host_restore_tokens=int(p["host_restore_tokens"].sum()),
             host_write_tokens=int(p["host_write_tokens"].sum()),
             host_coverage_tokens=int(p["host_coverage_tokens"].sum()),

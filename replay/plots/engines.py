@@ -9,13 +9,14 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from replay.analysis.aggregate import point_table
+from replay.counters import COMPUTED_PREFILL_TOKENS
 from replay.plots.common import FigureContext, new_figure, series_label
 
 __all__ = ["ENGINE_METRICS", "engine_comparison"]
 
 ENGINE_METRICS = {
     "makespan_s": "makespan (s)",
-    "computed_prefill_tokens": "computed prefill (tokens)",
+    COMPUTED_PREFILL_TOKENS: "computed prefill (tokens)",
     "ttft_p50_s": "TTFT p50 (s)",
 }
 

@@ -9,6 +9,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from replay.plots.common import FigureContext, legend_outside, new_figure
+from replay.status import CallStatus
 
 __all__ = ["MAX_CDF_LINES", "ttft_cdf", "ttft_s"]
 
@@ -21,7 +22,7 @@ def ttft_s(calls: pd.DataFrame) -> np.ndarray:
     if calls.empty or not {"t_send", "t_first_token"} <= set(calls.columns):
         return np.array([], dtype=float)
     ok = (
-        calls["status"].eq("ok")
+        calls["status"].eq(CallStatus.OK)
         if "status" in calls.columns
         else pd.Series(True, index=calls.index)
     )

@@ -10,6 +10,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from replay.analysis.derived import TIER_PARAM
+from replay.counters import COMPUTED_PREFILL_TOKENS
 from replay.plots.common import (
     FigureContext,
     legend_outside,
@@ -68,7 +69,7 @@ def prefill_vs_tier(
 ) -> Figure | None:
     """Figure 2: measured computed prefill per tier as bars (one per series, 95% interval) and the
     pre-registered prediction as a line over the same tiers."""
-    metric = "computed_prefill_tokens"
+    metric = COMPUTED_PREFILL_TOKENS
     if TIER_PARAM not in agg.columns or metric not in set(agg["metric"]):
         return None
     tiers = _tiers(agg)

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from replay.engines.base import CANONICAL_COUNTERS
+from replay.counters import CANONICAL_COUNTERS, COMPUTED_PREFILL_TOKENS
 from replay.sim.admission import make_admission
 from replay.sim.cost import CostModel
 from replay.sim.device import DeviceTier
@@ -352,7 +352,7 @@ class SimEngine:
                 self.c["chunks_restored"] += r_chunks
         self.c["device_hit_tokens"] += d
         self.c["host_restore_tokens"] += r
-        self.c["computed_prefill_tokens"] += L - d - r
+        self.c[COMPUTED_PREFILL_TOKENS] += L - d - r
         if not s.admitted:
             s.device_hit_tokens, s.host_restore_tokens = d, r
             s.admitted = True

@@ -7,6 +7,8 @@ from collections.abc import Callable, Iterator
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
+from replay.counters import COMPUTED_PREFILL_TOKENS
+
 __all__ = ["PREFIX", "SimCollector", "exposition"]
 
 PREFIX = "replay_sim:"
@@ -16,7 +18,7 @@ _HELP = {
     "output_tokens": "output tokens generated",
     "device_hit_tokens": "prompt tokens found in the device prefix cache",
     "host_restore_tokens": "prompt tokens restored from the host tier",
-    "computed_prefill_tokens": "prompt tokens computed (prompt - device hits - host restores)",
+    COMPUTED_PREFILL_TOKENS: "prompt tokens computed (prompt - device hits - host restores)",
     "host_write_tokens": "tokens written to the host tier",
     "host_evicted_tokens": "tokens evicted from the host tier",
     "preemptions": "requests preempted (recompute)",

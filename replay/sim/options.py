@@ -1,17 +1,14 @@
-"""Simulator configuration: the frozen `SimConfig` and the SIMOPTS click options that build it.
+"""Simulator configuration: the frozen `SimConfig` that decides a simulated run.
 
-`replay sim serve`, `replay run --engine sim` and sweeps share these exact options
-(`@sim_options` on a click command, then `SimConfig.from_options(**kwargs)`).
+`replay sim serve`, `replay run --engine sim` and sweeps build it from the same SIMOPTS (the click
+options live in `replay.cli.sim_options`; sweeps pass the TOML keys) via `SimConfig.from_options`.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
-
-import click
 
 from replay.errors import ConfigError
 from replay.model.presets import GIB, HardwarePreset, ModelPreset, get_hardware, get_model
@@ -21,7 +18,6 @@ __all__ = [
     "ADMISSIONS",
     "DEVICE_EVICTIONS",
     "SimConfig",
-    "sim_options",
 ]
 
 WRITE_POLICIES = ("write-through", "write-back", "selective")
@@ -142,76 +138,3 @@ class SimConfig:
         the default."""
         names = {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: v for k, v in kwargs.items() if k in names and v is not None})
-
-
-_D = SimConfig.__dataclass_fields__
-
-
-def _default(name: str) -> Any:
-    return _D[name].default
-
-
-# (flag, field, click kwargs): the README's SIMOPTS plus the simulator's own knobs.
-_OPTIONS: list[tuple[str, dict[str, Any]]] = [
-    ("--hardware", {"help": "hardware preset (see docs/simulator.md)"}),
-    ("--model", {"help": "model preset"}),
-    ("--tp", {"type": int, "help": "tensor-parallel ranks"}),
-    ("--device-kv-gib", {"type": float, "help": "device KV capacity per rank, GiB"}),
-    ("--host-tier-gib", {"type": float, "help": "host KV tier per rank, GiB (0: none)"}),
-    ("--block-tokens", {"type": int, "help": "device block size, tokens"}),
-    ("--chunk-tokens", {"type": int, "help": "host tier chunk size, tokens"}),
-    ("--write-policy", {"type": click.Choice(WRITE_POLICIES), "help": "host tier write policy"}),
-    ("--admission", {"type": click.Choice(ADMISSIONS), "help": "host-write admission policy"}),
-    (
-        "--kappa",
-        {
-            "type": int,
-            "help": "fixed/conditioned: a call that computed more full chunks writes none",
-        },
-    ),
-    ("--rate-limit-gib-s", {"type": float, "help": "rate: host-write budget, GiB/s"}),
-    ("--ttl-s", {"type": float, "help": "ttl: seconds a finished call's blocks stay pinned"}),
-    ("--window-s", {"type": float, "help": "conditioned: estimator window, seconds"}),
-    (
-        "--device-eviction",
-        {"type": click.Choice(DEVICE_EVICTIONS), "help": "block: LRU tail-first; session: whole"},
-    ),
-    ("--max-num-seqs", {"type": int, "help": "max running sequences"}),
-    ("--max-num-batched-tokens", {"type": int, "help": "token budget per step (chunked prefill)"}),
-    ("--efficiency", {"type": float, "help": "fraction of peak FLOP/s and bandwidth achieved"}),
-    ("--attention-flops/--no-attention-flops", {"default": None, "help": "count attention FLOPs"}),
-    ("--step-overhead-s", {"type": float, "help": "fixed cost per engine step, seconds"}),
-    (
-        "--host-link-efficiency",
-        {"type": float, "help": "fraction of the host link's bandwidth a KV copy achieves"},
-    ),
-    (
-        "--transfer-overhead-s",
-        {"type": float, "help": "fixed cost per KV chunk moved over the host link, seconds"},
-    ),
-    (
-        "--blocking-transfers/--overlapped-transfers",
-        {"default": None, "help": "host-link copies stall the whole engine step (vLLM connector)"},
-    ),
-    (
-        "--time-scale",
-        {"type": float, "help": "server: wall seconds per simulated second (0: ASAP)"},
-    ),
-    (
-        "--jitter",
-        {"type": float, "help": "service-time noise: each stretch x (1 + J*U(-1,1)), seeded"},
-    ),
-    ("--seed", {"type": int, "help": "seed of the service-time noise"}),
-]
-
-
-def sim_options(f: Callable) -> Callable:
-    """Decorator adding the SIMOPTS options; every option defaults to None (= SimConfig default)."""
-    for flag, kw in reversed(_OPTIONS):
-        name = flag.split("/")[0].removeprefix("--").replace("-", "_")
-        kw = dict(kw)
-        if "default" not in kw:
-            kw["default"] = None
-        kw["help"] = f"{kw.get('help', '')} [default: {_default(name)}]"
-        f = click.option(flag, name, **kw)(f)
-    return f

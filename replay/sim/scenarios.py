@@ -11,7 +11,7 @@ import dataclasses
 from typing import Any
 
 from replay.clock import run_virtual
-from replay.driver.transport import CompletionRequest
+from replay.protocol import CompletionRequest
 from replay.sim.options import SimConfig
 from replay.sim.transport import SimTransport
 from replay.trace.model import Trace

@@ -23,8 +23,8 @@ import numpy as np
 import orjson
 from aiohttp import web
 
-from replay.driver.transport import CompletionRequest
 from replay.errors import RequestFailed
+from replay.protocol import CompletionRequest
 from replay.sim.engine import Seq
 from replay.sim.metrics import SimCollector, exposition
 from replay.sim.options import SimConfig

@@ -10,8 +10,8 @@ import asyncio
 
 import numpy as np
 
-from replay.driver.transport import CompletionRequest, CompletionResult
-from replay.errors import RequestFailed
+from replay.errors import ErrorKind, RequestFailed
+from replay.protocol import CompletionRequest, CompletionResult
 from replay.sim.engine import Seq, SimEngine
 from replay.sim.keying import TaskKeyer
 from replay.sim.options import SimConfig
@@ -52,12 +52,12 @@ class SimTransport:
         Called before anything of the request's size is allocated (its output ids, its keys), so
         a tiny request asking for 10**9 tokens costs nothing but the answer."""
         if max_tokens < 0:
-            raise RequestFailed("http_4xx", "max_tokens must be >= 0", 400)
+            raise RequestFailed(ErrorKind.HTTP_4XX, "max_tokens must be >= 0", 400)
         limit = self.engine.max_request_tokens()
         if prompt_tokens + max_tokens > limit:
             self.engine.c["rejected_requests"] += 1
             raise RequestFailed(
-                "http_4xx",
+                ErrorKind.HTTP_4XX,
                 f"prompt ({prompt_tokens}) + max_tokens ({max_tokens}) exceeds what the simulated "
                 f"device holds ({limit} tokens); raise --device-kv-gib",
                 400,
@@ -68,7 +68,7 @@ class SimTransport:
         prompt = np.asarray(request.prompt)
         n_out = int(request.max_tokens)
         if len(prompt) == 0:
-            raise RequestFailed("http_4xx", "prompt is empty", 400)
+            raise RequestFailed(ErrorKind.HTTP_4XX, "prompt is empty", 400)
         self.check_lengths(len(prompt), n_out)
         out = request.forced_output
         if out is None or len(out) != n_out:  # the trace's stand-ins for (task, call)
@@ -86,7 +86,7 @@ class SimTransport:
         fut = asyncio.get_running_loop().create_future()
         seq.on_done = lambda s: settle(fut)
         seq.on_fail = lambda s, e: settle(
-            fut, RequestFailed("http_5xx", f"simulator engine failed: {e!r}", 500)
+            fut, RequestFailed(ErrorKind.HTTP_5XX, f"simulator engine failed: {e!r}", 500)
         )
         self._runner.submit(seq)
         await fut

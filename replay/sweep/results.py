@@ -23,6 +23,7 @@ import orjson
 
 from replay.driver.records import chmod_by_umask
 from replay.errors import ConfigError, ReplayError
+from replay.status import RunStatus
 
 __all__ = [
     "write_bytes_atomic",
@@ -40,7 +41,7 @@ __all__ = [
 # A run with one of these statuses in its run.json is not run again unless --force.
 # `failed` and `interrupted` runs are retried on the next sweep, and so is an `errors` run in
 # which every call failed (a server that refused everything, not a measurement).
-FINISHED_STATUSES = ("ok", "errors")
+FINISHED_STATUSES = (RunStatus.OK, RunStatus.ERRORS)
 _JSON = orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS
 # What a run directory may hold (docs/results.md); `--force` clears only directories made of these.
 RUN_FILES = frozenset(

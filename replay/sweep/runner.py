@@ -25,12 +25,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from replay.counters import CANONICAL_COUNTERS
 from replay.engines import provenance
-from replay.engines.base import CANONICAL_COUNTERS, EngineAdapter
+from replay.engines.base import EngineAdapter
 from replay.engines.registry import get_engine
 from replay.errors import ConfigError, EngineError, ReplayError
 from replay.metrics.counters import counter_deltas
 from replay.metrics.scrape import MetricsRecorder, fetch_samples
+from replay.status import RunStatus
 from replay.sweep import control
 from replay.sweep.config import Experiment
 from replay.sweep.lifecycle import ServerProcess, free_port, log_tail, stop_leftover_servers
@@ -66,7 +68,7 @@ class SweepResult:
 
     @property
     def failed(self) -> list[RunOutcome]:
-        return [o for o in self.outcomes if o.status == "failed"]
+        return [o for o in self.outcomes if o.status == RunStatus.FAILED]
 
 
 def _run_options(adapter: EngineAdapter, run: Mapping[str, Any]):
@@ -287,17 +289,22 @@ class SweepRunner:
             reason = result.get("reason")
             result_status = result.get("status")
             if dog is not None and dog.timed_out:
-                status_override = "failed"
+                status_override = RunStatus.FAILED
                 reason = f"run exceeded timeouts.run_s = {self.exp.timeouts.run_s:g} s"
             elif (
-                server is not None and not server.alive() and result.get("status") != "interrupted"
+                server is not None
+                and not server.alive()
+                and result.get("status") != RunStatus.INTERRUPTED
             ):
-                status_override = "failed"
+                status_override = RunStatus.FAILED
                 reason = f"server exited during the run (exit code {server.returncode()})"
         except ReplayError as e:
-            status_override, reason = "failed", str(e)
+            status_override, reason = RunStatus.FAILED, str(e)
         except KeyboardInterrupt:
-            status_override, reason = "interrupted", "interrupted before the replay finished"
+            status_override, reason = (
+                RunStatus.INTERRUPTED,
+                "interrupted before the replay finished",
+            )
             raise
         finally:
             if recorder is not None:
@@ -305,7 +312,7 @@ class SweepRunner:
                 info["scrape_errors"] = recorder.errors
             if server is not None:
                 info["exit_code"] = server.stop(self.exp.timeouts.stop_grace_s)
-                bad = status_override is not None or result_status not in ("ok", None)
+                bad = status_override is not None or result_status not in (RunStatus.OK, None)
                 info["log_tail"] = log_tail(server.log_path, 40) if bad else None
             self._record(run_dir, planned, engine, info, status_override, reason, prov)
         doc = read_json(run_dir / "run.json") or {}
@@ -338,11 +345,11 @@ class SweepRunner:
         except ResultsWriteError:
             raise  # a full disk fails every later run too: stop the sweep
         except ReplayError as e:  # in-process runs; launched runs record their own
-            self._record(run_dir, planned, engine, {}, "failed", str(e))
-            return RunOutcome(planned.rel_dir, "failed", str(e))
+            self._record(run_dir, planned, engine, {}, RunStatus.FAILED, str(e))
+            return RunOutcome(planned.rel_dir, RunStatus.FAILED, str(e))
         except KeyboardInterrupt:
             if adapter.in_process:
-                self._record(run_dir, planned, engine, {}, "interrupted", "interrupted")
+                self._record(run_dir, planned, engine, {}, RunStatus.INTERRUPTED, "interrupted")
             raise
         except Exception as e:
             if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT):
@@ -353,9 +360,9 @@ class SweepRunner:
             # A bug in an engine, the simulator or the driver fails this run, not the sweep;
             # the traceback goes into run.json for whoever fixes it.
             reason = f"crashed: {type(e).__name__}: {e}"
-            self._record(run_dir, planned, engine, {}, "failed", reason)
+            self._record(run_dir, planned, engine, {}, RunStatus.FAILED, reason)
             self._add_traceback(run_dir)
-            return RunOutcome(planned.rel_dir, "failed", reason)
+            return RunOutcome(planned.rel_dir, RunStatus.FAILED, reason)
 
     def _add_traceback(self, run_dir: Path) -> None:
         doc = read_json(run_dir / "run.json") or {}
@@ -387,10 +394,12 @@ class SweepRunner:
                     outcome = self.run_one(p)
                     outcomes.append(outcome)
                     why = (
-                        f" ({outcome.reason})" if outcome.reason and outcome.status != "ok" else ""
+                        f" ({outcome.reason})"
+                        if outcome.reason and outcome.status != RunStatus.OK
+                        else ""
                     )
                     self.echo(f"[{i}/{len(planned)}] {p.rel_dir}: {outcome.status}{why}")
-                    if outcome.status == "interrupted":
+                    if outcome.status == RunStatus.INTERRUPTED:
                         interrupted = True
                         break
         except KeyboardInterrupt:

@@ -17,7 +17,7 @@ from typing import Any
 
 import pandas as pd
 
-from replay.engines.base import CANONICAL_COUNTERS
+from replay.counters import CANONICAL_COUNTERS
 from replay.sweep.config import Experiment
 from replay.sweep.results import read_json, write_bytes_atomic
 

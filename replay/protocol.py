@@ -1,9 +1,10 @@
 """The transport seam: what the agent pool sends and gets back, whatever is on the other side.
 
-The pool builds a `CompletionRequest` per call and awaits `Transport.complete()`. HTTP transports
-talk to any OpenAI-compatible server; `replay.sim`'s in-process transport answers from the reference
-engine under virtual time. Transports raise only `replay.errors.RequestFailed` (or `ServerGone`).
-Times are seconds on the running loop's clock (`loop.time()`).
+Shared by the driver and the simulator (so neither imports the other): the pool builds a
+`CompletionRequest` per call and awaits `Transport.complete()`. HTTP transports talk to any
+OpenAI-compatible server; `replay.sim`'s in-process transport answers from the reference engine
+under virtual time. Transports raise only `replay.errors.RequestFailed` (or `ServerGone`). Times
+are seconds on the running loop's clock (`loop.time()`).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
-from replay.errors import RequestFailed
+from replay.errors import ErrorKind, RequestFailed
 
 __all__ = ["CompletionRequest", "CompletionResult", "Transport", "ConnectionRefused"]
 
@@ -64,4 +65,4 @@ class ConnectionRefused(RequestFailed):
     `server_gone_grace_s` has passed since the first refusal, then stops the run as failed."""
 
     def __init__(self, message: str):
-        super().__init__("connection", message)
+        super().__init__(ErrorKind.CONNECTION, message)
