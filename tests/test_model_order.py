@@ -97,7 +97,7 @@ def test_open_loop_traces_arrive_at_their_times():
     trace = Trace(base.header, calls)
     s = closed_loop_schedule(trace, 1, service=SVC)
     assert s.refs == [("b", 0), ("a", 0), ("a", 1)]
-    assert s.t_lookup_s.tolist() == [1.0, 3.0, 9.0]
+    assert s.t_lookup_s.tolist() == [0.0, 2.0, 8.0]  # counted from the first arrival
     assert trace_schedule(trace).refs == s.refs
 
 
