@@ -142,6 +142,7 @@ def command(
     from replay.driver.run import exit_code
     from replay.engines.registry import get_engine
     from replay.trace.io import read_trace
+    from replay.trace.schedule import check_pool
 
     if (url is None) == (engine is None):
         raise ConfigError("run", "--url/--engine", "give exactly one of --url URL or --engine sim")
@@ -174,6 +175,7 @@ def command(
         request_extras=adapter.request_extras,
     )
     trace = read_trace(trace_path)
+    check_pool(trace, pool)  # refuse before sending what would wait forever
     if engine == "sim":
         summary = _run_sim(trace, options, out_dir, simopts)
     else:
