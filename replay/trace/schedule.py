@@ -21,6 +21,7 @@ from replay.trace.model import Call, CallRef, Trace
 
 __all__ = [
     "MAX_SPAN_S",
+    "MAX_AT_S",
     "Ready",
     "ClosedLoop",
     "is_open_loop",
@@ -32,6 +33,9 @@ __all__ = [
 # The longest stretch of time a trace may describe (about 31.7 years): a gap or an open-loop span
 # past this is a unit mistake (milliseconds read as seconds), not a recording.
 MAX_SPAN_S = 1e9
+# Arrival times are counted from the first one, so epoch seconds (~1.7e9) are fine; past this
+# (about 3,000 years) they are epoch milliseconds or worse.
+MAX_AT_S = 1e11
 
 
 @dataclass(frozen=True)
