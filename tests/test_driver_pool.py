@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from replay.clock import run_virtual
 from replay.driver.options import RunOptions
 from replay.driver.pool import RunControl, replay
-from replay.errors import ConfigError, TraceError
+from replay.errors import TraceError
 from replay.trace.synth import synth
 from tests.servers import ScriptedTransport, make_trace
 
