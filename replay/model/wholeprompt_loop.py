@@ -27,7 +27,7 @@ from replay.model.wholeprompt import (
     simulate_order,
 )
 from replay.trace.model import Call, CallRef, Trace
-from replay.trace.schedule import ClosedLoop, Ready
+from replay.trace.schedule import ClosedLoop, Ready, arrivals, is_open_loop
 
 __all__ = [
     "CpuService",
@@ -71,8 +71,8 @@ def simulate_closed_loop(
     gap_scale: float = 1.0,
     truncate_tokens: int | None = None,
 ) -> SimResult:
-    """The driver's closed loop (its rules, from `replay.trace.schedule`) against the server's
-    slots, in virtual time. Service times depend on what each call reuses, so cache and timing are simulated together; a call that finds every server
+    """The driver's closed loop (its rules, from `replay.trace.schedule`; an open-loop trace's
+    calls arrive at their times instead) against the server's slots, in virtual time. Service times depend on what each call reuses, so cache and timing are simulated together; a call that finds every server
     slot busy waits first come, first served. Calls run side by side at full speed (no CPU
     sharing): an approximation that matters only when the server is saturated."""
     if pool < 1:
@@ -82,6 +82,7 @@ def simulate_closed_loop(
     source = _PromptSource(trace, truncate_tokens)
     out = SimResult(cache.totals)
     rules = ClosedLoop(trace, pool, gap_scale=gap_scale)
+    open_loop = is_open_loop(trace)  # calls arrive at their times: no slots, no dependencies
     # (time, sequence, ready call | ending call): events at equal times in the order they arose
     heap: list[tuple[float, int, Ready | Call]] = []
     seq = itertools.count()
@@ -100,7 +101,10 @@ def simulate_closed_loop(
         t_end = t + service.call_s(a.computed_tokens, n_out)
         heapq.heappush(heap, (t_end, next(seq), call))
 
-    ready(rules.start(0.0))
+    if open_loop:
+        ready([Ready(c, -1, t) for c, t in arrivals(trace, gap_scale)])
+    else:
+        ready(rules.start(0.0))
     while heap:
         t, _, item = heapq.heappop(heap)
         if isinstance(item, Ready):
@@ -119,7 +123,8 @@ def simulate_closed_loop(
         while waiting and cache.can_admit():
             w_call, w_prompt, w_out = waiting.popleft()
             start(w_call, w_prompt, w_out, waiting_sent.pop(w_call.ref), t)
-        ready(rules.ended(item.ref, t_sent, t))
+        if not open_loop:
+            ready(rules.ended(item.ref, t_sent, t))
     return out
 
 
