@@ -149,3 +149,16 @@ def test_a_wait_freed_by_a_later_slot_is_not_a_deadlock():
     assert result.status == "ok" and len(result.rows) == len(trace)
     rows = {(r["task"], r["call"]): r for r in result.rows}
     assert rows[("a", 1)]["t_send"] >= rows[("r2", 0)]["t_end"]
+
+
+def test_the_models_refuse_a_pool_that_the_run_would_refuse():
+    from replay.model.order import closed_loop_schedule
+    from replay.model.wholeprompt import WholePromptConfig
+    from replay.model.wholeprompt_loop import simulate_closed_loop
+
+    trace = deadlock_trace()
+    with pytest.raises(TraceError, match="waits on task 'r1' call 0"):
+        closed_loop_schedule(trace, 1)
+    with pytest.raises(TraceError, match="smallest pool that runs it is 2"):
+        simulate_closed_loop(trace, 1, WholePromptConfig(2, 1, 1024.0))
+    assert len(closed_loop_schedule(trace, 2)) == len(trace)

@@ -30,7 +30,7 @@ import numpy as np
 from replay.errors import ConfigError
 from replay.model.service import EngineQueue, ServiceModel, StepRoofline
 from replay.trace.model import Call, CallRef, Trace
-from replay.trace.schedule import ClosedLoop, Ready, arrivals, is_open_loop
+from replay.trace.schedule import ClosedLoop, Ready, arrivals, check_pool, is_open_loop
 
 __all__ = [
     "ORDERS",
@@ -251,6 +251,8 @@ def closed_loop_schedule(
         admitted = server.end(item, t)
         push(rules.ended(item.ref, sent_at[item.ref], t))
         push(admitted)
+    if not rules.finished:
+        check_pool(trace, pool)  # calls wait forever: raises, naming who waits on whom
     return server.schedule()
 
 

@@ -27,7 +27,7 @@ from replay.model.wholeprompt import (
     simulate_order,
 )
 from replay.trace.model import Call, CallRef, Trace
-from replay.trace.schedule import ClosedLoop, Ready, arrivals, is_open_loop
+from replay.trace.schedule import ClosedLoop, Ready, arrivals, check_pool, is_open_loop
 
 __all__ = [
     "CpuService",
@@ -125,6 +125,8 @@ def simulate_closed_loop(
             start(w_call, w_prompt, w_out, waiting_sent.pop(w_call.ref), t)
         if not open_loop:
             ready(rules.ended(item.ref, t_sent, t))
+    if not open_loop and not rules.finished:
+        check_pool(trace, pool)  # calls wait forever: raises, naming who waits on whom
     return out
 
 
