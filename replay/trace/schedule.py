@@ -144,24 +144,29 @@ class ClosedLoop:
         return self.outstanding == 0 and not self.finished
 
     def explain(self) -> str:
-        """Which task waits on which, when `stuck`: for messages."""
-        position = {c.ref: i for i, c in enumerate(self.trace.calls)}
-        waits = sorted(
-            ((call, ref) for ref, parked in self._parked.items() for call, _, _ in parked),
-            key=lambda w: position[w[0].ref],
-        )
-        if not waits:
+        """Who waits on whom, when `stuck`, from the earliest waiting call down the chain to a
+        task that never starts: for messages."""
+        waiting_on = {c.ref: ref for ref, parked in self._parked.items() for c, _, _ in parked}
+        first = self.first_waiting()
+        if first is None:
             return "no call waits"
-        call, ref = waits[0]
-        started = set(self._roots[: self._next_root]) | {
-            t for t, cs in self._tasks.items() if cs[0].parent is not None
-        }
-        why = "which waits itself"
-        if ref[0] not in started:
+        blocked = {ref[0]: ref for ref in waiting_on}  # a task has at most one waiting call
+        hops = [waiting_on[first.ref]]
+        while hops[-1][0] in blocked and len(hops) < 8:
+            nxt = waiting_on[blocked[hops[-1][0]]]
+            if nxt in hops:
+                break
+            hops.append(nxt)
+        chain = ", which waits on ".join(f"task {t!r} call {i}" for t, i in hops)
+        text = f"task {first.task!r} call {first.index} waits on {chain}"
+        last = hops[-1][0]
+        if last not in self._slot and self._tasks[last][0].parent is None:
             holders = ", ".join(repr(t) for _, t in sorted(self._holder.items()))
-            why = f"a task that never starts: the {self.pool} slot(s) hold {holders}, which wait"
-        more = f" (and {len(waits) - 1} more waiting call(s))" if len(waits) > 1 else ""
-        return f"task {call.task!r} call {call.index} waits on task {ref[0]!r} call {ref[1]}, {why}{more}"
+            text += (
+                f", a task that never starts: the {self.pool} slot(s) hold {holders}, which wait"
+            )
+        more = len(waiting_on) - 1
+        return text + (f" ({more} more call(s) wait)" if more else "")
 
     def first_waiting(self) -> Call | None:
         """The waiting call earliest in the trace (None when none waits)."""
