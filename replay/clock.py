@@ -9,6 +9,7 @@ three-hour replay takes seconds and is deterministic (no real I/O may happen on 
 from __future__ import annotations
 
 import asyncio
+import math
 import selectors
 from collections.abc import Callable, Coroutine
 from typing import Protocol, TypeVar
@@ -72,7 +73,7 @@ class _VirtualSelector(selectors.BaseSelector):
                 "(a coroutine awaits something no simulated event will ever complete)"
             )
         if timeout > 0 and self.loop is not None:
-            self.loop._advance(timeout)
+            self.loop._advance()
         return []
 
     def get_map(self):
@@ -83,7 +84,14 @@ class _VirtualSelector(selectors.BaseSelector):
 
 
 class VirtualTimeLoop(asyncio.SelectorEventLoop):
-    """Event loop whose `time()` starts at 0 and moves only when every task is waiting on a timer."""
+    """Event loop whose `time()` starts at 0 and moves only when every task is waiting on a timer.
+
+    Time jumps to the next timer's deadline exactly, at any magnitude. asyncio's own loop adds a
+    step to the clock (`now + delay`, at most a day per wait) and runs the timers due before
+    `now + clock resolution`; past 2**24 s a nanosecond resolution no longer moves a float, so a
+    timer due now would never run and the loop would spin. Here the resolution is at least one
+    float step of the current time, and the clock is set to the deadline rather than summed.
+    """
 
     def __init__(self) -> None:
         selector = _VirtualSelector()
@@ -94,8 +102,20 @@ class VirtualTimeLoop(asyncio.SelectorEventLoop):
     def time(self) -> float:
         return self._virtual_now
 
-    def _advance(self, dt_s: float) -> None:
-        self._virtual_now += dt_s
+    @property  # type: ignore[override]
+    def _clock_resolution(self) -> float:
+        # timers due by `time() + this` run now: never less than one float step of the time
+        return max(1e-9, math.ulp(self._virtual_now))
+
+    @_clock_resolution.setter
+    def _clock_resolution(self, _: float) -> None:
+        pass  # asyncio's __init__ sets the monotonic clock's resolution; the getter decides
+
+    def _advance(self) -> None:
+        """Nothing is ready and every task waits: jump to the earliest timer's deadline."""
+        scheduled = self._scheduled  # type: ignore[attr-defined]
+        if scheduled:
+            self._virtual_now = max(self._virtual_now, scheduled[0].when())
 
 
 def run_virtual(main: Callable[[], Coroutine[object, object, T]]) -> T:

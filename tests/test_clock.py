@@ -65,3 +65,35 @@ def test_same_program_same_virtual_history():
         return out
 
     assert run_virtual(main) == run_virtual(main)
+
+
+@pytest.mark.timeout(20)
+@pytest.mark.parametrize("start_s", [0.0, 3e7, 1.7e9, 1e12, 1e15])
+def test_virtual_clock_lands_on_every_deadline_at_any_magnitude(start_s):
+    # asyncio's stock loop stalls past 2**24 s: `now + 1e-9 == now`, so a timer due now never ran
+    async def main():
+        loop = asyncio.get_running_loop()
+        seen = []
+        await asyncio.sleep(start_s)
+        seen.append(loop.time())
+        for step_s in (1e-3, 0.5, 86_400.0 * 3):
+            t = loop.time() + step_s
+            fut = loop.create_future()
+            loop.call_at(t, fut.set_result, t)
+            seen.append((await fut, loop.time()))
+        return seen
+
+    seen = run_virtual(main)
+    assert seen[0] == start_s
+    for deadline, now in seen[1:]:
+        assert now == deadline  # exactly, not within a resolution
+
+
+@pytest.mark.timeout(20)
+def test_long_wait_is_one_jump_not_a_day_at_a_time():
+    async def main():
+        loop = asyncio.get_running_loop()
+        await asyncio.sleep(3e7)
+        return loop.time()
+
+    assert run_virtual(main) == 3e7

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from replay.clock import run_virtual
 from replay.driver.options import RunOptions
 from replay.driver.pool import RunControl, replay
-from replay.errors import ConfigError
+from replay.errors import TraceError
 from replay.trace.synth import synth
 from tests.servers import ScriptedTransport, make_trace
 
@@ -156,10 +156,10 @@ def test_open_loop_sends_at_arrival_times_whatever_the_server_does():
 
 def test_mixed_open_and_closed_trace_is_rejected():
     trace = make_trace({"a": [{"at": 0.0}], "b": [{"gap": 1.0}]})
-    with pytest.raises(ConfigError, match="at_s"):
+    with pytest.raises(TraceError, match="at_s"):
         run(trace)
     backwards = make_trace({"a": [{"at": 2.0}, {"at": 1.0}]})
-    with pytest.raises(ConfigError, match="arrives before"):
+    with pytest.raises(TraceError, match="arrives before"):
         run(backwards)
 
 

@@ -97,7 +97,7 @@ def test_open_loop_traces_arrive_at_their_times():
     trace = Trace(base.header, calls)
     s = closed_loop_schedule(trace, 1, service=SVC)
     assert s.refs == [("b", 0), ("a", 0), ("a", 1)]
-    assert s.t_lookup_s.tolist() == [1.0, 3.0, 9.0]
+    assert s.t_lookup_s.tolist() == [0.0, 2.0, 8.0]  # counted from the first arrival
     assert trace_schedule(trace).refs == s.refs
 
 
@@ -232,3 +232,15 @@ def test_closed_loop_schedule_equals_the_driver_pool_in_virtual_time(pool, tmp_p
     np.testing.assert_allclose(ours.t_lookup_s, recorded.t_lookup_s[at], atol=1e-6)
     np.testing.assert_allclose(ours.t_prefill_s, recorded.t_prefill_s[at], atol=1e-6)
     np.testing.assert_allclose(ours.t_end_s, recorded.t_end_s[at], atol=1e-6)
+
+
+def test_a_slot_takes_its_next_task_when_it_frees_after_the_tail_gap():
+    # r0 ends at 0.25 + 3 s tail = 3.25; r1 ends at 1.0: r2 goes to r1's slot at 1.0, not r0's
+    trace = make_trace(
+        {"r0": [([1] * 10, [2] * 2)], "r1": [([3] * 10, [4] * 10)], "r2": [([5] * 10, [6])]}
+    )
+    trace = Trace(
+        trace.header, [dataclasses.replace(trace.calls[0], tail_gap_s=3.0), *trace.calls[1:]]
+    )
+    s = closed_loop_schedule(trace, 2, service=ServiceModel(1e3, 10.0))
+    assert dict(zip(s.refs, s.t_lookup_s.tolist(), strict=True))[("r2", 0)] == pytest.approx(1.01)

@@ -150,6 +150,7 @@ def command(
     from replay.engines.registry import get_engine
     from replay.sweep.results import prepare_out_dir
     from replay.trace.io import read_trace
+    from replay.trace.schedule import check_pool
 
     if (url is None) == (engine is None):
         raise ConfigError("run", "--url/--engine", "give exactly one of --url URL or --engine sim")
@@ -182,6 +183,7 @@ def command(
         request_extras=adapter.request_extras,
     )
     trace = read_trace(trace_path)
+    check_pool(trace, pool)  # refuse before sending what would wait forever
 
     def prepare() -> None:
         # An earlier run's files left beside this one's would be reported as this run's.

@@ -19,12 +19,22 @@ def command() -> None:
 
 @command.command("validate")
 @click.argument("file", type=click.Path(dir_okay=False))
-def validate_cmd(file: str) -> None:
+@click.option(
+    "--pool",
+    type=click.IntRange(min=1),
+    default=None,
+    help="also check that a pool of this many slots can run every call (no wait that never ends)",
+)
+def validate_cmd(file: str, pool: int | None) -> None:
     """Check FILE; print `FILE:LINE: field: why` and exit 2 if it is malformed."""
     from replay.trace.io import read_trace
+    from replay.trace.schedule import check_pool, is_open_loop
 
     try:
         trace = read_trace(file)
+        is_open_loop(trace)  # a mix of open- and closed-loop calls cannot be replayed
+        if pool is not None:
+            check_pool(trace, pool)
     except TraceError as e:
         click.echo(e.format())
         # SystemExit, not click's Exit: the entry point runs click with standalone_mode=False,

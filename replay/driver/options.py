@@ -11,6 +11,8 @@ from replay.errors import ConfigError
 __all__ = ["RunOptions", "TIMINGS", "ON_ERROR"]
 
 TIMINGS = ("think", "original")
+# Beyond this a scaled gap or arrival time (each at most 1e9 s) leaves any sensible clock range.
+MAX_GAP_SCALE = 1e6
 ON_ERROR = ("continue", "abort-task")
 
 # engine adapter hook: (max_tokens, forced output ids or None) -> extra request fields
@@ -61,8 +63,8 @@ class RunOptions:
 
         if not isinstance(self.pool, int) or self.pool < 1:
             raise bad("pool", f"must be an integer >= 1, got {self.pool!r}")
-        if not self.gap_scale >= 0:
-            raise bad("gap_scale", f"must be >= 0, got {self.gap_scale!r}")
+        if not 0 <= self.gap_scale <= MAX_GAP_SCALE:  # also refuses nan and inf
+            raise bad("gap_scale", f"must be in [0, {MAX_GAP_SCALE:g}], got {self.gap_scale!r}")
         if self.timing not in TIMINGS:
             raise bad("timing", f"must be one of {', '.join(TIMINGS)}, got {self.timing!r}")
         if self.on_error not in ON_ERROR:

@@ -1,9 +1,10 @@
 """The agent pool: replays a trace through a transport, keeping every recorded dependency.
 
-Closed loop: `pool` slots take root tasks in trace order; a call is sent once the previous call of
-its task and every `after` call have ended and its gap has elapsed; a sub-agent task starts when the
-call that spawned it ends and runs beside its parent without taking a slot. Open loop (every call
-has `at_s`): calls are sent at their arrival times whatever the server does.
+The rules (which call is ready when: slots, dependencies, sub-agents, joins, open-loop arrivals)
+are `replay.trace.schedule`'s, shared with the models; this module only acts on them: it sleeps
+until each ready time, sends, and reports each call's end back to the rules. A wait that can never
+end (every slot holds a task waiting on a task that has not started) fails the run with a reason
+instead of hanging.
 
 Time is only ever read from `loop.time()`, and sends wait for absolute deadlines, so the same code
 paces a real server on a normal loop and the simulator on `replay.clock.VirtualTimeLoop`.
@@ -24,7 +25,7 @@ from replay.clock import VirtualTimeLoop
 from replay.counters import DEVICE_HIT_TOKENS, HOST_RESTORE_TOKENS
 from replay.driver.options import RunOptions
 from replay.driver.records import CallRecord
-from replay.errors import ConfigError, ErrorKind, RequestFailed, ServerGone
+from replay.errors import ErrorKind, RequestFailed, ServerGone
 from replay.protocol import (
     CompletionRequest,
     CompletionResult,
@@ -32,7 +33,8 @@ from replay.protocol import (
     Transport,
 )
 from replay.status import CallStatus, RunStatus
-from replay.trace.model import Call, CallRef, Step, Trace
+from replay.trace.model import Step, Trace
+from replay.trace.schedule import ClosedLoop, Ready, arrivals, is_open_loop
 
 __all__ = ["RunResult", "RunControl", "PoolStats", "replay"]
 
@@ -113,27 +115,6 @@ async def replay(
         await transport.close()
 
 
-def _open_loop(trace: Trace) -> bool:
-    with_at = sum(1 for c in trace.calls if c.at_s is not None)
-    if with_at and with_at != len(trace.calls):
-        raise ConfigError(
-            trace.path or "trace",
-            "at_s",
-            f"{with_at} of {len(trace.calls)} calls have arrival times; a trace is either open "
-            "loop (every call has at_s) or closed loop (none has)",
-        )
-    if with_at:
-        for task, calls in trace.tasks.items():
-            for a, b in zip(calls, calls[1:], strict=False):
-                if float(b.at_s or 0.0) < float(a.at_s or 0.0):
-                    raise ConfigError(
-                        trace.path or "trace",
-                        "at_s",
-                        f"task {task!r}: call {b.index} arrives before call {a.index}",
-                    )
-    return with_at > 0
-
-
 class _RateLimiter:
     """At most `rate` sends a second, spaced by absolute deadlines on the loop clock.
 
@@ -205,7 +186,10 @@ class _Pool:
         self.transport = transport
         self.opt = options
         self.sink = sink
-        self.open_loop = _open_loop(trace)
+        self.open_loop = is_open_loop(trace)
+        self.rules = ClosedLoop(
+            trace, options.pool, gap_scale=options.gap_scale, timing=options.timing
+        )
         self.loop = asyncio.get_running_loop()
         self.virtual = isinstance(self.loop, VirtualTimeLoop)
         self.t0 = self.loop.time()
@@ -218,15 +202,7 @@ class _Pool:
         self.retries = 0
         self.refused_since: float | None = None
         self.lags: list[float] = []
-        self._ends: dict[CallRef, asyncio.Future] = {}  # only refs someone waits on
-        self._children: dict[CallRef, list[str]] = {}
-        for tid, calls in trace.tasks.items():
-            first = calls[0]
-            if first.parent is not None:
-                self._children.setdefault(first.parent, []).append(tid)
-        for c in trace.calls:
-            for ref in c.after:
-                self._end_future(ref)
+        self._steps: dict[str, Iterator[Step]] = {}  # tasks under way: their prompts, in order
         self._agents: set[asyncio.Task] = set()
         self._sending: set[asyncio.Task] = set()
         self._all_done = self.loop.create_future()
@@ -249,16 +225,14 @@ class _Pool:
             self.t0 = self.loop.time()
             self._spawn(self._dispatch_open_loop())
         else:
-            root_ids = self.trace.root_task_ids
-            roots = iter(root_ids)
             # Each slot's first prompt is expanded before the clock starts: done at t0, a
             # thousand slots' worth (~50 us each) would hold back the first sends by tens of ms.
-            firsts = [self._prepare(next(roots)) for _ in range(min(self.opt.pool, len(root_ids)))]
+            for task in self.trace.root_task_ids[: self.opt.pool]:
+                self._prepare(task)
             if self.on_ready is not None:
                 self.on_ready()
             self.t0 = self.loop.time()
-            for slot, first in enumerate(firsts):
-                self._spawn(self._slot(slot, first, roots))
+            self._go(self.rules.start(self.t0))
         if not self.virtual:
             helpers.append(self.loop.create_task(self._probe_lag()))
         if bar is not None:
@@ -338,119 +312,70 @@ class _Pool:
         if not self._agents and not self._all_done.done():
             self._all_done.set_result(None)
 
-    def _end_future(self, ref: CallRef) -> asyncio.Future:
-        fut = self._ends.get(ref)
-        if fut is None:
-            fut = self._ends[ref] = self.loop.create_future()
-        return fut
-
-    def _ended(self, ref: CallRef, t_end: float | None, slot: int, spawn: bool = True) -> None:
-        """A call ended (t_end) or will never be sent (None): wake its waiters, start sub-agents
-        (unless `spawn` is False: a failed call that aborts its task spawns nothing)."""
-        fut = self._ends.get(ref)
-        if fut is not None and not fut.done():
-            fut.set_result(t_end if t_end is not None else self.loop.time())
-        for child in self._children.get(ref, ()):
-            if t_end is None or self.stopping or not spawn:
-                self._skip_task(child, slot)
-            else:
-                self._spawn(self._run_task(child, slot, t_end))
-
-    def _skip_task(self, task: str, slot: int, from_index: int = 0) -> None:
-        for c in self.trace.tasks[task][from_index:]:
-            self._ended(c.ref, None, slot)
-
     # --- closed loop -----------------------------------------------------------------------
 
-    def _prepare(self, task: str) -> tuple[str, Iterator[Step] | None]:
-        """`task` with its steps started (first prompt expanded), or None to start them later."""
+    def _go(self, ready: list[Ready]) -> None:
+        """Start the calls the rules made ready; fail the run if none is left to end and calls
+        still wait (they never can: no hang, a reason)."""
+        for r in ready:
+            self._spawn(self._call(r))
+        if self.rules.stuck and not self.stopping:
+            self.stop(RunStatus.FAILED, f"deadlock: {self.rules.explain()}")
+
+    def _prepare(self, task: str) -> None:
+        """Start `task`'s prompts (expand the first one now); an expansion error is raised again
+        where the task's first call runs, as an agent failure."""
         steps = self.trace.steps(task)
         try:
             first = next(steps)
-        except Exception:  # noqa: BLE001 - raised again where the task runs, as an agent failure
-            return task, None
-        return task, itertools.chain((first,), steps)
+        except Exception:  # noqa: BLE001 - see the docstring
+            self._steps[task] = self.trace.steps(task)
+            return
+        self._steps[task] = itertools.chain((first,), steps)
 
-    async def _slot(
-        self, slot: int, first: tuple[str, Iterator[Step] | None], roots: Iterator[str]
-    ) -> None:
-        base = self.t0
-        task, steps = first
-        while True:
-            base = await self._run_task(task, slot, base, steps)
-            tail = self.trace.tasks[task][-1].tail_gap_s or 0.0
-            base += tail * self.opt.gap_scale
-            await _sleep_until(self.loop, base)
-            next_task = next(roots, None)
-            if next_task is None:
-                return
-            task, steps = next_task, None
+    def _step(self, task: str, index: int) -> Step:
+        if task not in self._steps:
+            self._steps[task] = self.trace.steps(task)
+        step = next(self._steps[task])  # a task's calls are ready one at a time, in order
+        if index + 1 == len(self.trace.tasks[task]):
+            del self._steps[task]
+        return step
 
-    async def _run_task(
-        self, task: str, slot: int, base: float, steps: Iterator[Step] | None = None
-    ) -> float:
-        """Run one task's calls in order from `base` (loop time its first dependency ended)."""
-        calls = self.trace.tasks[task]
-        dep_end = base
-        prev: tuple[Call, float] | None = None  # previous call and its send time (timing=original)
-        i = 0
-        if steps is None:
-            steps = self.trace.steps(task)
-        try:
-            for i, step in enumerate(steps):  # noqa: B007 - i used after loop
-                c = step.call
-                for ref in c.after:
-                    dep_end = max(dep_end, await self._ends[ref])
-                t_ready = self._ready_time(c, dep_end, prev)
-                await _sleep_until(self.loop, t_ready)
-                if self.stopping:
-                    return dep_end
-                row = await self._send(step, slot, t_ready)
-                t_end = self.t0 + row["t_end"]
-                abort = row["status"] != _OK and self.opt.on_error == "abort-task"
-                self._ended(c.ref, t_end, slot, spawn=not abort)
-                prev = (c, self.t0 + row["t_send"])
-                dep_end = t_end
-                if self.stopping:
-                    return dep_end
-                if abort:
-                    self._skip_task(task, slot, i + 1)
-                    return dep_end
-            return dep_end
-        except asyncio.CancelledError:
-            # stopping: nothing more of this task (or the sub-agents it would spawn) will run
-            if i < len(calls):
-                self._skip_task(task, slot, i)
-            raise
-
-    def _ready_time(self, c: Call, dep_end: float, prev: tuple[Call, float] | None) -> float:
-        scale = self.opt.gap_scale
-        if self.opt.timing == "original" and prev is not None:
-            rec, prev_rec = c.recorded or {}, prev[0].recorded or {}
-            if "start_s" in rec and "start_s" in prev_rec:
-                pace = (rec["start_s"] - prev_rec["start_s"]) * scale
-                return max(dep_end, prev[1] + pace)
-        return dep_end + c.gap_s * scale
+    async def _call(self, r: Ready) -> None:
+        """Send one ready call at its ready time and hand its end back to the rules."""
+        await _sleep_until(self.loop, r.t_s)
+        if self.stopping:
+            return
+        c = r.call
+        if c is None:  # a slot freed after its task's tail gap
+            self._go(self.rules.free(r.slot, r.t_s))
+            return
+        row = await self._send(self._step(c.task, c.index), r.slot, r.t_s)
+        if self.stopping:
+            return
+        abort = row["status"] != _OK and self.opt.on_error == "abort-task"
+        if abort:
+            self._steps.pop(c.task, None)
+        t_send, t_end = self.t0 + row["t_send"], self.t0 + row["t_end"]
+        self._go(self.rules.ended(c.ref, t_send, t_end, abort=abort))
 
     # --- open loop -------------------------------------------------------------------------
 
     async def _dispatch_open_loop(self) -> None:
-        order = sorted(range(len(self.trace.calls)), key=lambda k: (self.trace.calls[k].at_s, k))
         steps: dict[str, Any] = {}
         left = {t: len(cs) for t, cs in self.trace.tasks.items()}
-        for k in order:
-            c = self.trace.calls[k]
-            await _sleep_until(self.loop, self.t0 + float(c.at_s or 0.0) * self.opt.gap_scale)
+        for c, at_s in arrivals(self.trace, self.opt.gap_scale):
+            t_ready = self.t0 + at_s
+            await _sleep_until(self.loop, t_ready)
             if self.stopping:
                 return
             gen = steps.get(c.task)
             if gen is None:
                 gen = steps[c.task] = self.trace.steps(c.task)
-            step = next(gen)  # arrival order within a task is checked by _open_loop
+            step = next(gen)  # arrival order within a task is checked by is_open_loop
             left[c.task] -= 1
             if not left[c.task]:
                 del steps[c.task]
-            t_ready = self.t0 + float(c.at_s or 0.0) * self.opt.gap_scale
             self._spawn(self._send_open(step, t_ready))
 
     async def _send_open(self, step: Step, t_ready: float) -> None:

@@ -9,9 +9,10 @@ not see each other's not-yet-stored chunks.
 - `trace_schedule`: calls one after another in trace order (arrival order for open-loop traces).
   For a task-ordered file that is a pool of one.
 - `closed_loop_schedule`: the driver's closed loop played in virtual time for `pool` slots, with a
-  simple service-time model standing in for the server (the driver pool's rules: slots take
-  root tasks in trace order; a call waits for its task's previous call, its `after` calls and its
-  gap; sub-agents start when their spawning call ends and take no slot).
+  simple service-time model standing in for the server. The rules are the pool's own, from
+  `replay.trace.schedule` (slots take root tasks in trace order; a call waits for its task's
+  previous call, its `after` calls and its gap; sub-agents start when their spawning call ends
+  and take no slot).
 - a recorded run's times (`t_send`, `t_first_token`, `t_end` of its calls): read at the edge by
   `replay.model.run_order.read_run_schedule`.
 """
@@ -19,6 +20,7 @@ not see each other's not-yet-stored chunks.
 from __future__ import annotations
 
 import heapq
+import itertools
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -28,6 +30,7 @@ import numpy as np
 from replay.errors import ConfigError
 from replay.model.service import EngineQueue, ServiceModel, StepRoofline
 from replay.trace.model import Call, CallRef, Trace
+from replay.trace.schedule import ClosedLoop, Ready, arrivals, check_pool, is_open_loop
 
 __all__ = [
     "ORDERS",
@@ -99,15 +102,10 @@ class Schedule:
         return calls[ranked], kinds[ranked]
 
 
-def _open_loop(trace: Trace) -> bool:
-    return bool(trace.calls) and all(c.at_s is not None for c in trace.calls)
-
-
 def trace_order(trace: Trace) -> list[CallRef]:
     """Calls in trace order (by arrival time, ties in file order, when every call has `at_s`)."""
-    if _open_loop(trace):
-        ranked = sorted(range(len(trace.calls)), key=lambda i: (trace.calls[i].at_s, i))
-        return [trace.calls[i].ref for i in ranked]
+    if is_open_loop(trace):
+        return [c.ref for c, _ in arrivals(trace)]
     return [c.ref for c in trace.calls]
 
 
@@ -126,6 +124,80 @@ def _new_tokens(trace: Trace, call: Call) -> int:
     return max(0, call.prompt_len - kept)
 
 
+class _Server:
+    """The stand-in server: admits sent calls (first come, first served for device space with a
+    queue, at once without), prefills them one at a time (with a queue) and decodes them in one
+    batch. Records every call's (lookup, prefill end, end) in admission order."""
+
+    def __init__(
+        self,
+        trace: Trace,
+        service: ServiceModel,
+        queue: EngineQueue | None,
+        jitter: float,
+        rng: np.random.Generator | None,
+    ) -> None:
+        self.trace, self.service, self.queue = trace, service, queue
+        self.jitter, self.rng = jitter, rng
+        self.refs: list[CallRef] = []
+        self.times: list[tuple[float, float, float]] = []
+        self.in_flight: dict[CallRef, int] = {}  # admitted, not ended: context tokens (the batch)
+        self.waiting: deque[Call] = deque()  # sent, not admitted (only with a queue)
+        self.held = 0  # device tokens the admitted calls reserve
+        self.prefill_free = 0.0  # when the prefill compute is next free
+
+    def send(self, call: Call, t: float) -> list[tuple[float, Call]]:
+        """A call arrives at `t`: (end time, call) of each call admitted now."""
+        if self.queue is None:
+            return [self._admit(call, t)]
+        self.waiting.append(call)
+        return self._admit_waiting(t)
+
+    def end(self, call: Call, t: float) -> list[tuple[float, Call]]:
+        """A call ends at `t` and frees its share: (end time, call) of each call admitted now."""
+        self.in_flight.pop(call.ref, None)
+        if self.queue is None:
+            return []
+        self.held -= call.prompt_len + call.output_len
+        return self._admit_waiting(t)
+
+    def schedule(self) -> Schedule:
+        grid = np.array(self.times, np.float64).reshape(-1, 3)
+        return Schedule(self.refs, grid[:, 0], grid[:, 1], grid[:, 2])
+
+    def _admit(self, call: Call, t: float) -> tuple[float, Call]:
+        new = _new_tokens(self.trace, call)
+        start = t
+        if self.queue is not None:
+            new = min(call.prompt_len, self.queue.prefill_tokens.get(call.ref, new))
+            start = max(t, self.prefill_free)
+            self.held += call.prompt_len + call.output_len
+        stretch = 1.0
+        if self.jitter and self.rng is not None:  # drawn per call in admission order
+            stretch += self.jitter * float(self.rng.uniform(-1.0, 1.0))
+        t_pre = start + stretch * self.service.prefill_s(new, call.prompt_len - new)
+        if self.queue is not None:
+            self.prefill_free = t_pre
+        batch = tuple(self.in_flight.values())
+        t_end = t_pre + stretch * self.service.decode_s(call.output_len, call.prompt_len, batch)
+        self.refs.append(call.ref)
+        self.times.append((t, t_pre, t_end))
+        self.in_flight[call.ref] = call.prompt_len
+        return t_end, call
+
+    def _admit_waiting(self, t: float) -> list[tuple[float, Call]]:
+        assert self.queue is not None
+        out = []
+        while self.waiting:
+            call = self.waiting[0]
+            room = self.queue.device_tokens
+            if room and self.in_flight and self.held + call.prompt_len + call.output_len > room:
+                break  # first come first served: the head waits for device space
+            self.waiting.popleft()
+            out.append(self._admit(call, t))
+        return out
+
+
 def closed_loop_schedule(
     trace: Trace,
     pool: int,
@@ -138,7 +210,8 @@ def closed_loop_schedule(
 ) -> Schedule:
     """Times of a closed-loop replay of `trace` with `pool` slots, in virtual time.
 
-    Ties in send time keep a deterministic order (the sequence in which calls became ready).
+    The rules are the driver's (`replay.trace.schedule.ClosedLoop`); this plays them against
+    `_Server`. Events at equal times keep the order in which they arose.
     Open-loop traces (every call has `at_s`) ignore the pool: calls arrive at their `at_s`.
     `jitter` > 0 (with `rng`) stretches each call's service time by 1 + jitter * U(-1, 1), drawn
     per call in admission order: a server whose step times vary as the simulator's `--jitter` does.
@@ -152,120 +225,50 @@ def closed_loop_schedule(
     if jitter and rng is None:
         raise ConfigError("order", "rng", "jitter needs a random generator (seeded by the caller)")
     service = service or ServiceModel()
-    if _open_loop(trace):
+    if is_open_loop(trace):
         return _open_loop_schedule(trace, service, gap_scale)
-    tasks = trace.tasks
-    children: dict[CallRef, list[str]] = {}
-    for tid, calls in tasks.items():
-        if calls[0].parent is not None:
-            children.setdefault(calls[0].parent, []).append(tid)
-    successor = {
-        a.ref: b for calls in tasks.values() for a, b in zip(calls, calls[1:], strict=False)
-    }
-    waiting_on: dict[CallRef, list[Call]] = {}  # parked calls, keyed by one unfinished dependency
-    parked_at: dict[CallRef, tuple[int, float]] = {}  # parked call -> (slot, dependency end)
-    ended: dict[CallRef, float] = {}
-    roots = iter(trace.root_task_ids)
-    heap: list[tuple[float, int, int, Call, int]] = []  # (time, seq, kind, call, slot)
-    seq = 0
-    send, end = 0, 1
-    refs: list[CallRef] = []
-    times: list[tuple[float, float, float]] = []
-    in_flight: dict[CallRef, int] = {}  # admitted, not ended: context tokens (the decode batch)
-    waiting: deque[tuple[Call, int]] = deque()  # sent, not admitted (only with a queue)
-    held = 0  # device tokens the admitted calls reserve
-    prefill_free = 0.0  # when the prefill compute is next free
+    rules = ClosedLoop(trace, pool, gap_scale=gap_scale)
+    server = _Server(trace, service, queue, jitter, rng)
+    heap: list[tuple[float, int, Ready | Call]] = []  # (time, sequence, ready call | ending call)
+    seq = itertools.count()
+    sent_at: dict[CallRef, float] = {}
 
-    def admit(call: Call, slot: int, t: float) -> None:
-        nonlocal seq, held, prefill_free
-        new = _new_tokens(trace, call)
-        start = t
-        if queue is not None:
-            new = min(call.prompt_len, queue.prefill_tokens.get(call.ref, new))
-            start = max(t, prefill_free)
-            held += call.prompt_len + call.output_len
-        stretch = 1.0 + jitter * float(rng.uniform(-1.0, 1.0)) if jitter and rng else 1.0
-        t_pre = start + stretch * service.prefill_s(new, call.prompt_len - new)
-        if queue is not None:
-            prefill_free = t_pre
-        t_end = t_pre + stretch * service.decode_s(
-            call.output_len, call.prompt_len, tuple(in_flight.values())
-        )
-        refs.append(call.ref)
-        times.append((t, t_pre, t_end))
-        in_flight[call.ref] = call.prompt_len
-        seq += 1
-        heapq.heappush(heap, (t_end, seq, end, call, slot))
+    def push(events: list[Ready] | list[tuple[float, Call]]) -> None:
+        for e in events:
+            t, item = (e.t_s, e) if isinstance(e, Ready) else e
+            heapq.heappush(heap, (t, next(seq), item))
 
-    def admit_waiting(t: float) -> None:
-        assert queue is not None
-        while waiting:
-            call, slot = waiting[0]
-            room = queue.device_tokens
-            if room and in_flight and held + call.prompt_len + call.output_len > room:
-                return  # first come first served: the head waits for device space
-            waiting.popleft()
-            admit(call, slot, t)
-
-    def ready(call: Call, dep_end: float, slot: int) -> None:
-        nonlocal seq
-        for ref in call.after:
-            if ref not in ended:
-                waiting_on.setdefault(ref, []).append(call)
-                parked_at[call.ref] = (slot, dep_end)
-                return
-            dep_end = max(dep_end, ended[ref])
-        seq += 1
-        heapq.heappush(heap, (dep_end + call.gap_s * gap_scale, seq, send, call, slot))
-
-    def start_next_root(slot: int, t: float) -> None:
-        task = next(roots, None)
-        if task is not None:
-            ready(tasks[task][0], t, slot)
-
-    for slot in range(pool):
-        start_next_root(slot, 0.0)
+    push(rules.start(0.0))
     while heap:
-        t, _, kind, call, slot = heapq.heappop(heap)
-        if kind == send:
-            if queue is None:
-                admit(call, slot, t)
+        t, _, item = heapq.heappop(heap)
+        if isinstance(item, Ready):
+            if item.call is None:
+                push(rules.free(item.slot, t))
             else:
-                waiting.append((call, slot))
-                admit_waiting(t)
+                sent_at[item.call.ref] = t
+                push(server.send(item.call, t))
             continue
-        in_flight.pop(call.ref, None)
-        if queue is not None:
-            held -= call.prompt_len + call.output_len
-        ended[call.ref] = t
-        nxt = successor.get(call.ref)
-        if nxt is not None:
-            ready(nxt, t, slot)
-        elif tasks[call.task][0].parent is None:
-            start_next_root(slot, t + (call.tail_gap_s or 0.0) * gap_scale)
-        for child in children.get(call.ref, ()):
-            ready(tasks[child][0], t, slot)
-        for parked in waiting_on.pop(call.ref, ()):
-            p_slot, p_dep = parked_at.pop(parked.ref)
-            ready(parked, p_dep, p_slot)
-        if queue is not None:
-            admit_waiting(t)
-    grid = np.array(times, np.float64).reshape(-1, 3)
-    return Schedule(refs, grid[:, 0], grid[:, 1], grid[:, 2])
+        admitted = server.end(item, t)
+        push(rules.ended(item.ref, sent_at[item.ref], t))
+        push(admitted)
+    if not rules.finished:
+        check_pool(trace, pool)  # calls wait forever: raises, naming who waits on whom
+    return server.schedule()
 
 
 def _open_loop_schedule(trace: Trace, service: ServiceModel, gap_scale: float) -> Schedule:
-    """Calls arrive at their `at_s` whatever the server does; service times as in the closed loop."""
-    refs = trace_order(trace)
-    calls = [trace.call(r) for r in refs]
-    t0 = np.array([c.at_s for c in calls], np.float64) * gap_scale
+    """Calls arrive at their `at_s` (from the first arrival) whatever the server does; service
+    times as in the closed loop."""
+    pairs = list(arrivals(trace, gap_scale))
+    calls = [c for c, _ in pairs]
+    t0 = np.array([t for _, t in pairs], np.float64)
     new = [_new_tokens(trace, c) for c in calls]
     pre = np.array(
         [service.prefill_s(n, c.prompt_len - n) for n, c in zip(new, calls, strict=True)],
         np.float64,
     )
     dec = np.array([service.decode_s(c.output_len, c.prompt_len) for c in calls], np.float64)
-    return Schedule(refs, t0, t0 + pre, t0 + pre + dec)
+    return Schedule([c.ref for c in calls], t0, t0 + pre, t0 + pre + dec)
 
 
 def closed_loop_order(

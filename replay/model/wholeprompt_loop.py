@@ -27,6 +27,7 @@ from replay.model.wholeprompt import (
     simulate_order,
 )
 from replay.trace.model import Call, CallRef, Trace
+from replay.trace.schedule import ClosedLoop, Ready, arrivals, check_pool, is_open_loop
 
 __all__ = [
     "CpuService",
@@ -70,10 +71,8 @@ def simulate_closed_loop(
     gap_scale: float = 1.0,
     truncate_tokens: int | None = None,
 ) -> SimResult:
-    """The driver's closed loop (pool slots take root tasks in trace order; a call is sent when its
-    task's previous call, its `after` calls and its gap are done; sub-agents start when their
-    spawning call ends) against the server's slots, in virtual time. Service times depend on what
-    each call reuses, so cache and timing are simulated together; a call that finds every server
+    """The driver's closed loop (its rules, from `replay.trace.schedule`; an open-loop trace's
+    calls arrive at their times instead) against the server's slots, in virtual time. Service times depend on what each call reuses, so cache and timing are simulated together; a call that finds every server
     slot busy waits first come, first served. Calls run side by side at full speed (no CPU
     sharing): an approximation that matters only when the server is saturated."""
     if pool < 1:
@@ -82,67 +81,52 @@ def simulate_closed_loop(
     cache = WholePromptCache(config)
     source = _PromptSource(trace, truncate_tokens)
     out = SimResult(cache.totals)
-    tasks = trace.tasks
-    children: dict[CallRef, list[str]] = {}
-    for tid, calls in tasks.items():
-        if calls[0].parent is not None:
-            children.setdefault(calls[0].parent, []).append(tid)
-    successor = {a.ref: b for calls in tasks.values() for a, b in itertools.pairwise(calls)}
-    ended: dict[CallRef, float] = {}
-    parked: dict[CallRef, list[tuple[Call, float, int]]] = {}
-    roots = iter(trace.root_task_ids)
-    heap: list[tuple[float, int, int, Call, int]] = []  # (time, seq, kind, call, pool slot)
+    rules = ClosedLoop(trace, pool, gap_scale=gap_scale)
+    open_loop = is_open_loop(trace)  # calls arrive at their times: no slots, no dependencies
+    # (time, sequence, ready call | ending call): events at equal times in the order they arose
+    heap: list[tuple[float, int, Ready | Call]] = []
     seq = itertools.count()
-    SEND, END = 1, 0  # ends before sends at equal times, as a freed slot serves the next call
-    waiting: deque[tuple[Call, np.ndarray, int, int]] = deque()
-    running: dict[CallRef, tuple[int, np.ndarray, int]] = {}
+    waiting: deque[tuple[Call, np.ndarray, int]] = deque()
+    running: dict[CallRef, tuple[int, np.ndarray, int, float]] = {}  # slot, prompt, out, sent
+    waiting_sent: dict[CallRef, float] = {}  # waiting calls: when they were sent
 
-    def ready(call: Call, dep_end: float, pslot: int) -> None:
-        for ref in call.after:
-            if ref not in ended:
-                parked.setdefault(ref, []).append((call, dep_end, pslot))
-                return
-            dep_end = max(dep_end, ended[ref])
-        heapq.heappush(heap, (dep_end + call.gap_s * gap_scale, next(seq), SEND, call, pslot))
+    def ready(events: list[Ready]) -> None:
+        for r in events:
+            heapq.heappush(heap, (r.t_s, next(seq), r))
 
-    def next_root(pslot: int, t: float) -> None:
-        task = next(roots, None)
-        if task is not None:
-            ready(tasks[task][0], t, pslot)
-
-    def start(call: Call, prompt: np.ndarray, n_out: int, pslot: int, t: float) -> None:
+    def start(call: Call, prompt: np.ndarray, n_out: int, t_sent: float, t: float) -> None:
         a = cache.admit(prompt)
-        running[call.ref] = (a.slot, prompt, n_out)
+        running[call.ref] = (a.slot, prompt, n_out, t_sent)
         out.calls.append(CallOutcome(call.ref, a.slot, a.prompt_tokens, a.cached_tokens, a.source))
         t_end = t + service.call_s(a.computed_tokens, n_out)
-        heapq.heappush(heap, (t_end, next(seq), END, call, pslot))
+        heapq.heappush(heap, (t_end, next(seq), call))
 
-    for pslot in range(pool):
-        next_root(pslot, 0.0)
+    if open_loop:
+        ready([Ready(c, -1, t) for c, t in arrivals(trace, gap_scale)])
+    else:
+        ready(rules.start(0.0))
     while heap:
-        t, _, kind, call, pslot = heapq.heappop(heap)
-        if kind == SEND:
-            prompt, n_out = source.prompt(call.ref)
+        t, _, item = heapq.heappop(heap)
+        if isinstance(item, Ready):
+            if item.call is None:
+                ready(rules.free(item.slot, t))
+                continue
+            prompt, n_out = source.prompt(item.call.ref)
             if cache.can_admit() and not waiting:
-                start(call, prompt, n_out, pslot, t)
+                start(item.call, prompt, n_out, t, t)
             else:
-                waiting.append((call, prompt, n_out, pslot))
+                waiting.append((item.call, prompt, n_out))
+                waiting_sent[item.call.ref] = t
             continue
-        slot, prompt, n_out = running.pop(call.ref)
+        slot, prompt, n_out, t_sent = running.pop(item.ref)
         cache.release(slot, prompt, n_out, t)
-        ended[call.ref] = t
         while waiting and cache.can_admit():
-            w_call, w_prompt, w_out, w_pslot = waiting.popleft()
-            start(w_call, w_prompt, w_out, w_pslot, t)
-        nxt = successor.get(call.ref)
-        if nxt is not None:
-            ready(nxt, t, pslot)
-        elif tasks[call.task][0].parent is None:
-            next_root(pslot, t + (call.tail_gap_s or 0.0) * gap_scale)
-        for child in children.get(call.ref, ()):
-            ready(tasks[child][0], t, pslot)
-        for p_call, p_dep, p_slot in parked.pop(call.ref, ()):
-            ready(p_call, p_dep, p_slot)
+            w_call, w_prompt, w_out = waiting.popleft()
+            start(w_call, w_prompt, w_out, waiting_sent.pop(w_call.ref), t)
+        if not open_loop:
+            ready(rules.ended(item.ref, t_sent, t))
+    if not open_loop and not rules.finished:
+        check_pool(trace, pool)  # calls wait forever: raises, naming who waits on whom
     return out
 
 

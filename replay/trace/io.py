@@ -23,6 +23,7 @@ import orjson
 
 from replay.errors import TraceError
 from replay.trace.model import FORMAT_NAME, FORMAT_VERSION, Call, CallRef, Trace, TraceHeader
+from replay.trace.schedule import MAX_AT_S, MAX_SPAN_S
 
 __all__ = [
     "read_trace",
@@ -150,6 +151,11 @@ class _Line:
         v = float(v)
         if not math.isfinite(v) or v < 0:
             raise self.fail(key, f"must be a finite number >= 0, got {v}")
+        most_s = MAX_AT_S if key == "at_s" else MAX_SPAN_S
+        if v > most_s:
+            raise self.fail(
+                key, f"{v:.3g} s is more than {most_s:.0e} s: seconds, not milliseconds?"
+            )
         return v
 
     def str_(self, key: str, required: bool = True) -> str | None:
