@@ -174,7 +174,7 @@ def command(
         request_extras=adapter.request_extras,
     )
     trace = read_trace(trace_path)
-    if engine == "sim":
+    if adapter.in_process:
         summary = _run_sim(trace, options, out_dir, simopts)
     else:
         assert url is not None

@@ -6,25 +6,11 @@ experiment file. `get_engine(name)` is how everything else looks adapters up.
 
 from __future__ import annotations
 
-import importlib
-
-from replay.engines import external, lmcache, sglang, sim_engines, vllm
+from replay.engines import external, llamacpp, lmcache, sglang, sim_engines, vllm
 from replay.engines.base import CANONICAL_COUNTERS, EngineAdapter, Samples
 from replay.errors import ConfigError
 
 __all__ = ["ENGINES", "get_engine", "adapter_for_metrics", "METRIC_PREFIXES"]
-
-
-def _llamacpp() -> EngineAdapter | None:
-    # The llama.cpp adapter lives in its own module (written by its engineer); until that module
-    # exists the key is simply absent rather than breaking every other engine.
-    try:
-        module = importlib.import_module("replay.engines.llamacpp")
-    except ModuleNotFoundError as e:
-        if e.name != "replay.engines.llamacpp":
-            raise
-        return None
-    return module.ADAPTER
 
 
 ENGINES: dict[str, EngineAdapter] = {
@@ -33,11 +19,9 @@ ENGINES: dict[str, EngineAdapter] = {
     "vllm": vllm.ADAPTER,
     "sglang": sglang.ADAPTER,
     "lmcache": lmcache.ADAPTER,
+    "llamacpp": llamacpp.ADAPTER,
     "external": external.ADAPTER,
 }
-_LLAMACPP = _llamacpp()
-if _LLAMACPP is not None:
-    ENGINES["llamacpp"] = _LLAMACPP
 
 # Which adapter maps a server's metrics, judged by the metric-name prefix it exposes.
 METRIC_PREFIXES = (
@@ -76,6 +60,6 @@ def adapter_for_metrics(samples: Samples) -> EngineAdapter:
     """The adapter whose metric prefix appears first in METRIC_PREFIXES order (LMCache before
     vLLM, since an LMCache server exposes both); an all-None mapper when nothing matches."""
     for prefix, name in METRIC_PREFIXES:
-        if name in ENGINES and any(k.startswith(prefix) for k in samples):
+        if any(k.startswith(prefix) for k in samples):
             return ENGINES[name]
     return _UNKNOWN
