@@ -31,6 +31,7 @@ __all__ = [
     "load_experiment",
     "parse_experiment",
     "point_name",
+    "toml_line",
     "RUN_KEYS",
     "MATRIX_KEYS",
 ]
@@ -374,17 +375,56 @@ def _check_point(exp: Experiment, point: Point) -> None:
     except ConfigError as e:
         key = (e.field or "").removeprefix("engine.")
         raise _err(exp.source, opt_path(key), e.why) from None
+    except (TypeError, ValueError, OverflowError) as e:
+        # launched engines read their options loosely (float(x), int(x)) while building argv
+        raise _err(exp.source, "engine", f"bad option value for engine {engine}: {e}") from None
 
 
 def load_experiment(path: str | Path) -> Experiment:
-    """Read and validate an experiment file; every problem is a ConfigError naming the field."""
+    """Read and validate an experiment file; every problem is a ConfigError naming the field,
+    and the line where the file sets it when there is one (`FILE:LINE: key.path: why`)."""
     p = Path(path)
     try:
         text = p.read_text(encoding="utf-8")
-    except OSError as e:
-        raise ConfigError(str(p), None, f"cannot read experiment file: {e.strerror or e}") from None
+    except (OSError, UnicodeDecodeError) as e:
+        why = getattr(e, "strerror", None) or str(e)
+        raise ConfigError(str(p), None, f"cannot read experiment file: {why}") from None
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
-        raise ConfigError(str(p), None, f"not valid TOML: {e}") from None
-    return parse_experiment(data, str(p), default_name=p.stem)
+        at = re.search(r"at line (\d+)", str(e))
+        where = f"{p}:{at.group(1)}" if at else str(p)
+        raise ConfigError(where, None, f"not valid TOML: {e}") from None
+    try:
+        return parse_experiment(data, str(p), default_name=p.stem)
+    except ConfigError as e:
+        line = toml_line(text, e.field or "")
+        if line is None or e.where != str(p):
+            raise
+        raise ConfigError(f"{p}:{line}", e.field, e.why) from None
+
+
+_HEADER = re.compile(r"^\s*\[\[?\s*([^\]]+?)\s*\]\]?")
+_KEY = re.compile(r"^\s*([A-Za-z0-9_.\"-]+?)\s*=")
+
+
+def toml_line(text: str, key_path: str) -> int | None:
+    """The 1-based line that sets `key_path` (or the nearest table or key above it that holds
+    it, such as an inline table), or None. tomllib keeps no positions, so this reads the lines:
+    `[table]` headers and `key =` lines; good enough to point at, never used for meaning."""
+    want = key_path.split(".") if key_path else []
+    best: tuple[int, int] | None = None  # (matched depth, line)
+    table: list[str] = []
+    for number, line in enumerate(text.splitlines(), 1):
+        header = _HEADER.match(line)
+        if header:
+            table = [k.strip().strip('"') for k in header.group(1).split(".")]
+            path = table
+        else:
+            key = _KEY.match(line)
+            if not key:
+                continue
+            path = table + [k.strip('"') for k in key.group(1).split(".")]
+        if path and path == want[: len(path)] and (best is None or len(path) > best[0]):
+            best = (len(path), number)
+    return None if best is None else best[1]
