@@ -7,6 +7,8 @@ docs/sweeps.md; the example files are in experiments/.
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import itertools
 import re
 import tomllib
@@ -291,11 +293,11 @@ def parse_experiment(data: Mapping[str, Any], source: str, *, default_name: str)
     check_table(schema.run_model(), run, where, lambda k: f"run.{k}")
     if "pool" not in run and "pool" not in data.get("matrix", {}):
         raise _err(where, "run.pool", "required (or sweep it in matrix.pool)")
-    sections = {"timeouts": Timeouts, "warmup": Warmup, "predict": PredictSpec}
+    sections: dict[str, type] = {"timeouts": Timeouts, "warmup": Warmup, "predict": PredictSpec}
     built = {}
     for name, cls in sections.items():
         table = data.get(name, {})
-        check_table(fields_model(cls), table, where, lambda k, n=name: f"{n}.{k}")
+        check_table(fields_model(cls), table, where, functools.partial("{}.{}".format, name))
         built[name] = cls(**table)
     server = data.get("server", {})
     check_table(_Server, server, where, lambda k: f"server.{k}")
@@ -367,7 +369,8 @@ def _check_point(exp: Experiment, point: Point) -> None:
                 why = f"not an option of engine {engine}; valid: {valid}"
                 raise _err(exp.source, opt_path(key), why)
     if adapter.options_type is not None:
-        typed = {k: v for k, v in options.items() if k in adapter.options_type.__dataclass_fields__}
+        names = {f.name for f in dataclasses.fields(adapter.options_type)}
+        typed = {k: v for k, v in options.items() if k in names}
         check_table(fields_model(adapter.options_type), typed, exp.source, opt_path)
         build_checked(adapter.options_type, typed, exp.source, opt_path)
     try:

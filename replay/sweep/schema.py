@@ -37,7 +37,9 @@ __all__ = [
 STRICT = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
 
 
-def fields_model(cls: type, *, exclude: frozenset[str] = frozenset(), **override: Any) -> type:
+def fields_model(
+    cls: type, *, exclude: frozenset[str] = frozenset(), **override: Any
+) -> type[BaseModel]:
     """A strict pydantic model with the fields, types (with their `Annotated` bounds) and
     defaults of dataclass `cls`; `override` replaces a field's (type, default)."""
     hints = typing.get_type_hints(cls, include_extras=True)
@@ -56,7 +58,9 @@ def fields_model(cls: type, *, exclude: frozenset[str] = frozenset(), **override
     return create_model(f"{cls.__name__}Table", __config__=STRICT, **spec)
 
 
-def signature_model(fn: Callable, *, exclude: frozenset[str] = frozenset(), **extra: Any) -> type:
+def signature_model(
+    fn: Callable, *, exclude: frozenset[str] = frozenset(), **extra: Any
+) -> type[BaseModel]:
     """A strict pydantic model of `fn`'s keyword parameters (types from its annotations)."""
     hints = typing.get_type_hints(fn)
     spec: dict[str, Any] = {}
@@ -69,10 +73,10 @@ def signature_model(fn: Callable, *, exclude: frozenset[str] = frozenset(), **ex
     return create_model(f"{fn.__name__}Args", __config__=STRICT, **spec)
 
 
-def _why(err: Mapping[str, Any], model: type) -> str:
+def _why(err: Mapping[str, Any], model: type[BaseModel]) -> str:
     kind = err["type"]
     if kind == "extra_forbidden":
-        valid = ", ".join(sorted(getattr(model, "model_fields", {})))
+        valid = ", ".join(sorted(model.model_fields))
         return f"unknown key; valid: {valid}"
     if kind == "missing":
         return "required"
@@ -80,11 +84,11 @@ def _why(err: Mapping[str, Any], model: type) -> str:
 
 
 def check_table(
-    model: type, table: Mapping[str, Any], source: str, path: Callable[[str], str]
+    model: type[BaseModel], table: Mapping[str, Any], source: str, path: Callable[[str], str]
 ) -> BaseModel:
     """Validate `table` against `model`; the first problem is a ConfigError at `path(key)`."""
     try:
-        return model.model_validate(dict(table))  # type: ignore[attr-defined,no-any-return]
+        return model.model_validate(dict(table))
     except ValidationError as e:
         err = e.errors()[0]
         key = ".".join(str(p) for p in err["loc"])
@@ -105,7 +109,7 @@ def build_checked(
 
 
 @cache
-def run_model() -> type:
+def run_model() -> type[BaseModel]:
     """[run]: `RunOptions` fields (less the adapter's hook), plus the HTTP transport's name;
     `pool` may come from the matrix instead, so it is optional here."""
     from replay.driver.http import DEFAULT_TRANSPORT, TRANSPORTS
