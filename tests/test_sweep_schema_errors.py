@@ -75,6 +75,7 @@ CASES = [
     ("external_without_url", ('kind = "sim"\ndevice_kv_gib = 1.0\nkappa = 8\n[matrix]\nhost_tier_gib = [0, 2]', 'kind = "external"'), "engine.url"),
     ("launched_option_type", ('kind = "sim"\ndevice_kv_gib = 1.0\nkappa = 8', 'kind = "vllm"\nmodel = "m"\ndevice_kv_gib = "big"'), "engine"),
     ("repeats_bool", ("repeats = 1", "repeats = true"), "repeats"),
+    ("matrix_table_value", ("host_tier_gib = [0, 2]", "host_tier_gib = [0, { a = 1 }]"), "matrix.host_tier_gib"),
     ("unknown_table_key", ("run_s = 60", "run_s = 60\nrun_h = 1"), "timeouts.run_h"),
 ]  # fmt: skip
 

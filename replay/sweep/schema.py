@@ -90,9 +90,23 @@ def check_table(
     try:
         return model.model_validate(dict(table))
     except ValidationError as e:
-        err = e.errors()[0]
-        key = ".".join(str(p) for p in err["loc"])
-        raise ConfigError(source, path(key), _why(err, model)) from None
+        errors = e.errors()
+        err = errors[0]
+        loc = list(err["loc"])
+        why = _why(err, model)
+        index = next((i for i, p in enumerate(loc) if isinstance(p, int)), None)
+        if index is not None:
+            # a list item: name the key, say which item; a union names each type it tried
+            tried = [
+                x["loc"][index + 1]
+                for x in errors
+                if x["loc"][: index + 1] == err["loc"][: index + 1] and len(x["loc"]) > index + 1
+            ]
+            if len(tried) > 1:
+                why = f"{err['input']!r} is not one of: {', '.join(map(str, tried))}"
+            why = f"item {int(loc[index]) + 1}: {why}"
+            loc = loc[:index]
+        raise ConfigError(source, path(".".join(map(str, loc))), why) from None
 
 
 def build_checked(
