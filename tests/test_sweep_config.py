@@ -101,6 +101,7 @@ device_kv_tokens = 1000
 [matrix]
 engine = ["vllm", "sglang"]
 """
+    (tmp_path / "x.jsonl").write_text("")  # found beside the experiment file; read by the sweep
     exp = load_experiment(write(tmp_path, text))
     (p_vllm, p_sglang) = exp.points()
     assert exp.resolve(p_vllm)[1] == {"model": "m", "device_kv_gib": 4}

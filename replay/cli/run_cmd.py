@@ -189,7 +189,7 @@ def command(
         # An earlier run's files left beside this one's would be reported as this run's.
         prepare_out_dir(Path(out_dir), force=force)
 
-    if engine == "sim":
+    if adapter.in_process:
         prepare()
         summary = _run_sim(trace, options, out_dir, simopts)
     else:

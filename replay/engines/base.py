@@ -69,6 +69,19 @@ class EngineAdapter:
     - `option_names`: the engine options this adapter understands (None: any); the sweep rejects
       others with an error naming the field.
     - `in_process`: runs inside the replay process (the simulator): no server, no scraping.
+
+    Hooks the sweep calls instead of branching on engine names:
+
+    - `options_type`: a dataclass whose fields are this engine's typed options (the simulator's
+      SimConfig); the sweep checks values against its field types, builds it (its range checks),
+      and takes unset prediction inputs from its defaults.
+    - `check_options(options)`: raises ConfigError for options this engine cannot run with;
+      by default a launched engine builds its launch spec (which checks them), others accept.
+    - `server_url(options)`: the already running server to replay against (nothing launched).
+    - `personality(options)`: the adapter whose metrics, reset path and request fields apply
+      (an external server speaks for whichever engine it is).
+    - `predict(trace, resolved)`: this engine's own working-set prediction for points that differ
+      only in the host tier (`resolved`: (engine, options, run) per point); None: the tier model.
     """
 
     name: str
@@ -83,3 +96,21 @@ class EngineAdapter:
     version_argv: Callable[[Mapping[str, Any]], list[str] | None] | None = None
     option_names: frozenset[str] | None = None
     in_process: bool = False
+    options_type: type | None = None
+    check_options: Callable[[Mapping[str, Any]], None] | None = None
+    server_url: Callable[[Mapping[str, Any]], str] | None = None
+    personality: Callable[[Mapping[str, Any]], EngineAdapter] | None = None
+    predict: (
+        Callable[[Any, list[tuple[str, Mapping[str, Any], Mapping[str, Any]]]], dict] | None
+    ) = None
+
+    def check(self, options: Mapping[str, Any]) -> None:
+        """Raise ConfigError when this engine cannot run with `options` (before any launch)."""
+        if self.check_options is not None:
+            self.check_options(options)
+        elif not self.in_process and self.server_url is None:
+            self.launch(options, "127.0.0.1", 8000)
+
+    def speaking_for(self, options: Mapping[str, Any]) -> EngineAdapter:
+        """The adapter whose metrics, reset path and request fields a run with `options` uses."""
+        return self if self.personality is None else self.personality(options)

@@ -7,29 +7,55 @@ prefixes of the first scrape), model (served model name, if the server needs one
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from replay.counters import Samples
 from replay.engines.base import EngineAdapter, openai_extras
+from replay.errors import ConfigError
 
-__all__ = ["make_adapter", "EXTERNAL_OPTIONS"]
+__all__ = ["make_adapter", "server_url", "EXTERNAL_OPTIONS"]
 
 EXTERNAL_OPTIONS = frozenset({"url", "kind", "model", "served_model_name", "reset_path"})
 
 
-def make_adapter(adapter_for_metrics: Callable[[Samples], EngineAdapter]) -> EngineAdapter:
-    """The `external` adapter. Its counters are mapped by the adapter whose metric prefix the
-    server exposes (vllm:, sglang:, llamacpp:, replay_sim:), found by `adapter_for_metrics`: the
-    registry passes its own lookup in, so this module does not import the registry."""
+def server_url(options: Mapping[str, Any]) -> str:
+    """The base URL without a trailing `/` or `/v1` (the driver adds the paths)."""
+    return str(options["url"]).rstrip("/").removesuffix("/v1")
+
+
+def make_adapter(
+    engines: Mapping[str, EngineAdapter],
+    adapter_for_metrics: Callable[[Samples], EngineAdapter],
+) -> EngineAdapter:
+    """The `external` adapter. The registry passes in its own table and metric lookup (both read
+    when called, not now), so this module does not import the registry: `kind` names whose
+    adapter speaks for the server, else the metric prefixes it exposes decide."""
 
     def map_counters_auto(samples: Samples) -> dict[str, float | None]:
         return adapter_for_metrics(samples).map_counters(samples)
 
-    return EngineAdapter(
+    def check_options(options: Mapping[str, Any]) -> None:
+        if not isinstance(options.get("url"), str) or not options["url"]:
+            raise ConfigError("engine external", "engine.url", "required: the server's base URL")
+        kind = options.get("kind")
+        if kind is not None and (kind not in engines or kind == "external"):
+            valid = ", ".join(sorted(set(engines) - {"external"}))
+            raise ConfigError("engine external", "engine.kind", f"unknown {kind!r}; valid: {valid}")
+
+    def personality(options: Mapping[str, Any]) -> EngineAdapter:
+        kind = options.get("kind")
+        return engines[str(kind)] if kind else adapter
+
+    adapter = EngineAdapter(
         name="external",
         launch=lambda options, host, port: None,
         request_extras=openai_extras,
         map_counters=map_counters_auto,
         description="an already running OpenAI-compatible server at `url` (no launch)",
         option_names=EXTERNAL_OPTIONS,
+        check_options=check_options,
+        server_url=server_url,
+        personality=personality,
     )
+    return adapter

@@ -215,19 +215,6 @@ def version_argv(options: Mapping[str, Any]) -> list[str]:
     return [python, "-c", "import xllamacpp; print('xllamacpp', xllamacpp.__version__)"]
 
 
-ADAPTER = EngineAdapter(
-    name="llamacpp",
-    launch=launch,
-    request_extras=request_extras,
-    map_counters=map_counters,
-    reset_path=None,
-    forcing=False,
-    description="llama.cpp server on CPU; host tier = --cache-ram MiB (whole-prompt RAM entries)",
-    version_argv=version_argv,
-    option_names=LLAMACPP_OPTIONS,
-)
-
-
 def _state_bytes_per_token(options: Mapping[str, Any]) -> float | None:
     if options.get("state_bytes_per_token") is not None:
         return float(options["state_bytes_per_token"])
@@ -328,3 +315,18 @@ def predict_points(
         "tiers": tiers,
     }
     return {"inputs": inputs, "prediction": prediction}
+
+
+ADAPTER = EngineAdapter(
+    name="llamacpp",
+    launch=launch,
+    request_extras=request_extras,
+    map_counters=map_counters,
+    reset_path=None,
+    forcing=False,
+    description="llama.cpp server on CPU; host tier = --cache-ram MiB (whole-prompt RAM entries)",
+    version_argv=version_argv,
+    option_names=LLAMACPP_OPTIONS,
+    # whole-prompt RAM entries, not blocks: the tier model does not apply
+    predict=predict_points,
+)

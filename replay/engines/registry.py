@@ -6,26 +6,12 @@ experiment file. `get_engine(name)` is how everything else looks adapters up.
 
 from __future__ import annotations
 
-import importlib
-
 from replay.counters import CANONICAL_COUNTERS, Samples
-from replay.engines import external, lmcache, sglang, sim_engines, vllm
+from replay.engines import external, llamacpp, lmcache, sglang, sim_engines, vllm
 from replay.engines.base import EngineAdapter
 from replay.errors import ConfigError
 
 __all__ = ["ENGINES", "get_engine", "adapter_for_metrics", "METRIC_PREFIXES"]
-
-
-def _llamacpp() -> EngineAdapter | None:
-    # The llama.cpp adapter lives in its own module (written by its engineer); until that module
-    # exists the key is simply absent rather than breaking every other engine.
-    try:
-        module = importlib.import_module("replay.engines.llamacpp")
-    except ModuleNotFoundError as e:
-        if e.name != "replay.engines.llamacpp":
-            raise
-        return None
-    return module.ADAPTER
 
 
 ENGINES: dict[str, EngineAdapter] = {
@@ -34,12 +20,10 @@ ENGINES: dict[str, EngineAdapter] = {
     "vllm": vllm.ADAPTER,
     "sglang": sglang.ADAPTER,
     "lmcache": lmcache.ADAPTER,
-    # late-bound: adapter_for_metrics (below) reads ENGINES when it is called
-    "external": external.make_adapter(lambda samples: adapter_for_metrics(samples)),
+    "llamacpp": llamacpp.ADAPTER,
 }
-_LLAMACPP = _llamacpp()
-if _LLAMACPP is not None:
-    ENGINES["llamacpp"] = _LLAMACPP
+# `external` reads the table and the metric lookup (below) when it is asked, not now.
+ENGINES["external"] = external.make_adapter(ENGINES, lambda samples: adapter_for_metrics(samples))
 
 # Which adapter maps a server's metrics, judged by the metric-name prefix it exposes.
 METRIC_PREFIXES = (
@@ -78,6 +62,6 @@ def adapter_for_metrics(samples: Samples) -> EngineAdapter:
     """The adapter whose metric prefix appears first in METRIC_PREFIXES order (LMCache before
     vLLM, since an LMCache server exposes both); an all-None mapper when nothing matches."""
     for prefix, name in METRIC_PREFIXES:
-        if name in ENGINES and any(k.startswith(prefix) for k in samples):
+        if any(k.startswith(prefix) for k in samples):
             return ENGINES[name]
     return _UNKNOWN

@@ -14,14 +14,16 @@ from typing import Any
 
 from replay.counters import CANONICAL_COUNTERS, Samples
 from replay.engines.base import EngineAdapter, LaunchSpec, openai_extras
-from replay.engines.common import extra_args, flag_value
+from replay.engines.common import LAUNCH_OPTIONS, extra_args, extra_env, flag_value
 from replay.metrics.counters import first_present, sample_sum
+from replay.sim.options import SimConfig
 
 __all__ = ["SIM", "SIM_SERVER", "sim_argv", "map_counters", "PREFIX"]
 
 PREFIX = "replay_sim:"
 # Options of the sweep itself, never passed to the simulator as flags.
-_NOT_SIMOPTS = frozenset({"python", "extra_args", "env", "ready_timeout_s", "served_model_name"})
+_NOT_SIMOPTS = LAUNCH_OPTIONS - {"model"}
+SIM_OPTIONS = frozenset(SimConfig.__dataclass_fields__)
 
 
 def sim_argv(options: Mapping[str, Any]) -> list[str]:
@@ -57,7 +59,7 @@ def launch_server(options: Mapping[str, Any], host: str, port: int) -> LaunchSpe
     argv += sim_argv(options) + extra_args(options, "sim-server")
     return LaunchSpec(
         argv=argv,
-        env={},
+        env=extra_env(options, "sim-server"),
         health_path="/health",
         ready_timeout_s=float(options.get("ready_timeout_s", 60)),
         ready_file_flag="--ready-file",
@@ -91,6 +93,9 @@ SIM = EngineAdapter(
     forcing=True,
     description="reference simulator in process (virtual time: hours of trace in seconds)",
     in_process=True,
+    # in process: no server command line or environment to pass anything else to
+    option_names=SIM_OPTIONS,
+    options_type=SimConfig,
 )
 
 SIM_SERVER = EngineAdapter(
@@ -101,4 +106,6 @@ SIM_SERVER = EngineAdapter(
     reset_path="/reset_prefix_cache",
     forcing=True,
     description="reference simulator behind its OpenAI-compatible HTTP server (subprocess)",
+    option_names=SIM_OPTIONS | LAUNCH_OPTIONS,
+    options_type=SimConfig,
 )

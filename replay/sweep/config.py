@@ -8,15 +8,20 @@ docs/sweeps.md; the example files are in experiments/.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 import re
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, Field
 
 from replay.errors import ConfigError
+from replay.sweep import schema
+from replay.sweep.schema import STRICT, build_checked, check_table, fields_model
 
 __all__ = [
     "TraceSpec",
@@ -28,35 +33,20 @@ __all__ = [
     "load_experiment",
     "parse_experiment",
     "point_name",
+    "toml_line",
     "RUN_KEYS",
     "MATRIX_KEYS",
 ]
 
-TOP_KEYS = {
-    "name", "description", "repeats", "seed", "order", "results_dir",
-    "trace", "run", "engine", "matrix", "timeouts", "warmup", "predict", "server",
-}  # fmt: skip
 # [run] keys: the driver's RunOptions fields a TOML can set (the hook is the adapter's business).
-RUN_KEYS = frozenset({
-    "pool", "gap_scale", "timing", "on_error", "strict", "max_inflight", "max_rps",
-    "request_timeout_s", "connect_timeout_s", "server_gone_grace_s", "interrupt_grace_s",
-    "progress", "forcing", "truncate_prompt_tokens", "drift_warn_s", "transport",
-})  # fmt: skip
+RUN_KEYS = schema.run_keys()
 # Matrix keys the sweep knows by name; any other engine option may be swept too (validated per engine).
 MATRIX_KEYS = ("host_tier_gib", "pool", "admission", "kappa", "engine", "device_kv_gib")
 ORDERS = ("random", "sequential")
-_SCALAR = (str, int, float, bool)
 
 
 def _err(where: str, field: str, why: str) -> ConfigError:
     return ConfigError(where, field, why)
-
-
-def _check_keys(where: str, prefix: str, table: Mapping[str, Any], allowed: set[str] | frozenset):
-    for key in table:
-        if key not in allowed:
-            valid = ", ".join(sorted(allowed))
-            raise _err(where, f"{prefix}{key}", f"unknown key; valid: {valid}")
 
 
 def _number(where: str, fld: str, value: Any, *, minimum: float, integer: bool = False) -> Any:
@@ -84,17 +74,17 @@ class TraceSpec:
 class Timeouts:
     """Seconds: server readiness (None: the adapter's default), whole run, stop grace, scrape."""
 
-    ready_s: float | None = None
-    run_s: float = 4 * 3600.0
-    stop_grace_s: float = 15.0
-    scrape_interval_s: float = 1.0
+    ready_s: Annotated[float, Field(gt=0)] | None = None
+    run_s: Annotated[float, Field(gt=0)] = 4 * 3600.0
+    stop_grace_s: Annotated[float, Field(ge=0)] = 15.0
+    scrape_interval_s: Annotated[float, Field(gt=0)] = 1.0
 
 
 @dataclass(frozen=True)
 class Warmup:
     """Before the replay: `requests` small completions (JIT, graphs), then a cache reset."""
 
-    requests: int = 0
+    requests: Annotated[int, Field(ge=0)] = 0
     reset_cache: bool = True
 
 
@@ -107,11 +97,12 @@ class PredictSpec:
 
     enabled: bool = True
     model: str | None = None
-    tp: int | None = None
-    device_kv_gib: float | None = None
-    chunk_tokens: int | None = None
-    block_tokens: int | None = None
-    order: str = "pool"  # simulated closed loop of the run's pool; "trace" would mean a pool of one
+    tp: Annotated[int, Field(ge=1)] | None = None
+    device_kv_gib: Annotated[float, Field(gt=0)] | None = None
+    chunk_tokens: Annotated[int, Field(ge=1)] | None = None
+    block_tokens: Annotated[int, Field(ge=1)] | None = None
+    # simulated closed loop of the run's pool; "trace" would mean a pool of one
+    order: Literal["pool", "trace"] = "pool"
 
 
 @dataclass(frozen=True)
@@ -191,75 +182,105 @@ class Experiment:
         return engine, options, run
 
 
-def _table(where: str, data: Mapping[str, Any], key: str) -> dict[str, Any]:
-    value = data.get(key, {})
-    if not isinstance(value, Mapping):
-        raise _err(where, key, "must be a table")
-    return dict(value)
+class _File(BaseModel):
+    """The top level; each table is checked by its own model below, with its key path."""
+
+    model_config = STRICT
+    name: Annotated[str, Field(pattern=r"^[A-Za-z0-9._-]+$")] | None = None
+    description: str = ""
+    repeats: Annotated[int, Field(ge=1)] = 1
+    seed: Annotated[int, Field(ge=0)] = 0
+    order: Literal["random", "sequential"] = "random"
+    results_dir: Annotated[str, Field(min_length=1)] = "results"
+    trace: dict[str, Any]
+    run: dict[str, Any] = {}
+    engine: dict[str, Any]
+    matrix: dict[str, Annotated[list[str | int | float | bool], Field(min_length=1)]] = {}
+    timeouts: dict[str, Any] = {}
+    warmup: dict[str, Any] = {}
+    predict: dict[str, Any] = {}
+    server: dict[str, Any] = {}
 
 
-def _parse_trace(where: str, data: Mapping[str, Any], base: Path) -> TraceSpec:
-    table = _table(where, data, "trace")
-    _check_keys(where, "trace.", table, {"path", "synth"})
+class _Trace(BaseModel):
+    model_config = STRICT
+    path: Annotated[str, Field(min_length=1)] | None = None
+    synth: dict[str, Any] | None = None
+
+
+class _Server(BaseModel):
+    model_config = STRICT
+    host: Annotated[str, Field(min_length=1)] = "127.0.0.1"
+    port: Annotated[int, Field(ge=0, le=65535)] = 0
+
+
+def _parse_trace(where: str, table: Mapping[str, Any], base: Path) -> TraceSpec:
+    check_table(_Trace, table, where, lambda k: f"trace.{k}")
     if ("path" in table) == ("synth" in table):
         raise _err(where, "trace", "give exactly one of trace.path or trace.synth")
     if "path" in table:
-        if not isinstance(table["path"], str) or not table["path"]:
-            raise _err(where, "trace.path", "must be a file path")
         path = Path(table["path"])
         # Relative paths are relative to the current directory (where `make` runs), as users
         # type them; fall back to the experiment file's folder.
         if not path.is_absolute() and not path.exists() and (base / path).exists():
             path = base / path
+        if not path.is_file():
+            raise _err(where, "trace.path", f"no such trace file: {path}")
         return TraceSpec(path=str(path))
-    synth = table["synth"]
-    if not isinstance(synth, Mapping) or "preset" not in synth:
-        raise _err(where, "trace.synth", "must be a table with at least `preset` (and tasks, seed)")
+    synth = dict(table["synth"])
+    _check_synth(where, synth)
     return TraceSpec(synth=tuple(synth.items()))
 
 
-def _parse_matrix(where: str, data: Mapping[str, Any]) -> tuple[tuple[str, tuple[Any, ...]], ...]:
-    table = _table(where, data, "matrix")
+def _check_synth(where: str, synth: Mapping[str, Any]) -> None:
+    """`synth`'s own keyword arguments (and `fold`, a FoldSpec table), with their types; the
+    preset and the fold's ranges are checked by building them."""
+    from replay.trace.fold import FoldSpec
+    from replay.trace.synth import get_preset
+    from replay.trace.synth import synth as synth_fn
+
+    args = schema.signature_model(synth_fn, fold=(dict[str, Any] | None, None))
+    check_table(args, synth, where, lambda k: f"trace.synth.{k}")
+    build_checked(get_preset, {"name": synth["preset"]}, where, lambda k: "trace.synth.preset")
+    for key in ("tasks", "max_prompt_tokens", "max_calls_per_task"):
+        if synth.get(key) is not None and synth[key] < 1:
+            raise _err(where, f"trace.synth.{key}", f"must be >= 1, got {synth[key]!r}")
+    if synth.get("fold") is not None:
+        fold_path = lambda k: f"trace.synth.fold.{k}" if k else "trace.synth.fold"  # noqa: E731
+        check_table(fields_model(FoldSpec), synth["fold"], where, fold_path)
+        build_checked(FoldSpec, synth["fold"], where, fold_path)
+
+
+def _parse_matrix(where: str, table: Mapping[str, Any]) -> tuple[tuple[str, tuple[Any, ...]], ...]:
     out = []
     for key, values in table.items():
         fld = f"matrix.{key}"
-        if not isinstance(values, list) or not values:
-            raise _err(where, fld, "must be a non-empty list of values")
-        for v in values:
-            if not isinstance(v, _SCALAR):
-                raise _err(where, fld, f"values must be strings or numbers, got {v!r}")
-        if len(set(map(repr, values))) != len(values):
-            raise _err(where, fld, "values repeat")
+        # two values with one point name (2 and 2.0) would share one results folder
+        names = [_fmt(v) for v in values]
+        if len(set(names)) != len(names):
+            raise _err(where, fld, f"values repeat (as point names: {', '.join(names)})")
         if key in ("host_tier_gib", "device_kv_gib", "kappa"):
             for v in values:
                 _number(where, fld, v, minimum=0)
         if key == "pool":
             for v in values:
                 _number(where, fld, v, minimum=1, integer=True)
+        if key == "engine":
+            for v in values:
+                if not isinstance(v, str):
+                    raise _err(where, fld, f"values must be engine names, got {v!r}")
         out.append((key, tuple(values)))
     return tuple(out)
-
-
-def _dataclass_from(where: str, prefix: str, cls: Any, table: Mapping[str, Any]) -> Any:
-    allowed = {f.name for f in dataclasses.fields(cls)}
-    _check_keys(where, prefix, table, allowed)
-    return cls(**table)
 
 
 def parse_experiment(data: Mapping[str, Any], source: str, *, default_name: str) -> Experiment:
     """Validate a parsed TOML document; `source` names the file in errors."""
     where = source
-    _check_keys(where, "", data, TOP_KEYS)
-    name = data.get("name", default_name)
-    if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9._-]+", name):
-        raise _err(where, "name", f"must be letters, digits, '.', '_' or '-', got {name!r}")
-    repeats = _number(where, "repeats", data.get("repeats", 1), minimum=1, integer=True)
-    seed = _number(where, "seed", data.get("seed", 0), minimum=0, integer=True)
-    order = data.get("order", "random")
-    if order not in ORDERS:
-        raise _err(where, "order", f"must be one of {', '.join(ORDERS)}, got {order!r}")
-
-    engine_table = _table(where, data, "engine")
+    bad_number = schema.non_finite(data, "")
+    if bad_number is not None:
+        raise _err(where, bad_number, "must be a finite number")
+    doc = check_table(_File, data, where, lambda k: k)
+    engine_table = dict(data["engine"])
     kind = engine_table.pop("kind", None)
     if not isinstance(kind, str):
         raise _err(where, "engine.kind", "required: the engine to run (e.g. sim, vllm, sglang)")
@@ -268,115 +289,145 @@ def parse_experiment(data: Mapping[str, Any], source: str, *, default_name: str)
     overrides = []
     for key in [k for k, v in engine_table.items() if isinstance(v, Mapping) and k in ENGINES]:
         overrides.append((key, tuple(engine_table.pop(key).items())))
-    run = _table(where, data, "run")
-    _check_keys(where, "run.", run, RUN_KEYS)
-    if "pool" not in run and "pool" not in _table(where, data, "matrix"):
+    run = dict(data.get("run", {}))
+    check_table(schema.run_model(), run, where, lambda k: f"run.{k}")
+    if "pool" not in run and "pool" not in data.get("matrix", {}):
         raise _err(where, "run.pool", "required (or sweep it in matrix.pool)")
-    if "pool" in run:
-        _number(where, "run.pool", run["pool"], minimum=1, integer=True)
-
-    timeouts_t = _table(where, data, "timeouts")
-    warmup_t = _table(where, data, "warmup")
-    predict_t = _table(where, data, "predict")
-    server_t = _table(where, data, "server")
-    _check_keys(where, "server.", server_t, {"host", "port"})
-    for k, v in timeouts_t.items():
-        _number(where, f"timeouts.{k}", v, minimum=0)
-    if "requests" in warmup_t:
-        _number(where, "warmup.requests", warmup_t["requests"], minimum=0, integer=True)
-    port = server_t.get("port", 0)
-    _number(where, "server.port", port, minimum=0, integer=True)
-    host = server_t.get("host", "127.0.0.1")
-    if not isinstance(host, str):
-        raise _err(where, "server.host", "must be a host name or address")
+    sections: dict[str, type] = {"timeouts": Timeouts, "warmup": Warmup, "predict": PredictSpec}
+    built = {}
+    for name, cls in sections.items():
+        table = data.get(name, {})
+        check_table(fields_model(cls), table, where, functools.partial("{}.{}".format, name))
+        built[name] = cls(**table)
+    server = data.get("server", {})
+    check_table(_Server, server, where, lambda k: f"server.{k}")
 
     exp = Experiment(
-        name=name,
+        name=doc.name or default_name,  # type: ignore[attr-defined]
         source=source,
         engine=kind,
         engine_options=tuple(engine_table.items()),
         run=tuple(run.items()),
         engine_overrides=tuple(overrides),
-        trace=_parse_trace(where, data, Path(source).parent),
-        matrix=_parse_matrix(where, data),
-        repeats=repeats,
-        seed=seed,
-        order=order,
+        trace=_parse_trace(where, data["trace"], Path(source).parent),
+        matrix=_parse_matrix(where, data.get("matrix", {})),
+        repeats=data.get("repeats", 1),
+        seed=data.get("seed", 0),
+        order=data.get("order", "random"),
         results_dir=str(data.get("results_dir", "results")),
         description=str(data.get("description", "")),
-        timeouts=_dataclass_from(where, "timeouts.", Timeouts, timeouts_t),
-        warmup=_dataclass_from(where, "warmup.", Warmup, warmup_t),
-        predict=_dataclass_from(where, "predict.", PredictSpec, predict_t),
-        host=host,
-        port=port,
+        timeouts=built["timeouts"],
+        warmup=built["warmup"],
+        predict=built["predict"],
+        host=server.get("host", "127.0.0.1"),
+        port=server.get("port", 0),
     )
+    if not re.fullmatch(r"[A-Za-z0-9._-]+", exp.name):
+        raise _err(where, "name", f"must be letters, digits, '.', '_' or '-', got {exp.name!r}")
     _validate_points(exp)
     return exp
 
 
 def _validate_points(exp: Experiment) -> None:
-    """Each point's engine exists and accepts its options; run options build (before any run)."""
+    """Every point, before anything starts (a bad value would otherwise fail each run)."""
+    for point in exp.points():
+        _check_point(exp, point)
+
+
+def _check_point(exp: Experiment, point: Point) -> None:
+    """The point's engine exists and takes its options (names, types, ranges); its run options
+    build. Errors name the key where the value was written (matrix, [engine.<kind>], ...)."""
+    from replay.driver.options import RunOptions
     from replay.engines.registry import get_engine
 
-    for point in exp.points():
-        engine, options, run = exp.resolve(point)
-        try:
-            adapter = get_engine(engine)
-        except ConfigError as e:
-            fld = "matrix.engine" if any(k == "engine" for k, _ in point.params) else "engine.kind"
-            raise _err(exp.source, fld, e.why) from None
-        if adapter.option_names is not None:
-            for key in options:
-                if key not in adapter.option_names:
-                    fld = f"matrix.{key}" if key in dict(point.params) else f"engine.{key}"
-                    valid = ", ".join(sorted(adapter.option_names))
-                    raise _err(exp.source, fld, f"not an option of engine {engine}; valid: {valid}")
-        if "pool" not in run:
-            raise _err(exp.source, "run.pool", "required (or sweep it in matrix.pool)")
-        if engine in ("sim", "sim-server"):
-            _validate_sim(exp, point, options)
-        else:
-            try:
-                adapter.launch(options, exp.host, exp.port or 8000)
-            except ConfigError as e:
-                raise _err(exp.source, e.field or "engine", e.why) from None
+    engine, options, run = exp.resolve(point)
+    swept = dict(point.params)
+    override = dict(dict(exp.engine_overrides).get(engine, ()))
 
+    def run_path(key: str) -> str:
+        return f"matrix.{key}" if key in swept else f"run.{key or 'pool'}"
 
-_SIM_EXTRA = frozenset({"python", "extra_args", "env", "ready_timeout_s"})
+    def opt_path(key: str, engine: str = engine) -> str:
+        if not key:
+            return "engine"
+        if key in swept:
+            return f"matrix.{key}"
+        return f"engine.{engine}.{key}" if key in override else f"engine.{key}"
 
-
-def _validate_sim(exp: Experiment, point: Point, options: dict[str, Any]) -> None:
-    """Simulator options must be SimConfig fields with valid values (checked by SimConfig)."""
+    check_table(schema.run_model(), run, exp.source, run_path)
+    run_args = {k: v for k, v in run.items() if k != "transport"}
+    build_checked(RunOptions, run_args, exp.source, run_path)
     try:
-        from replay.sim.options import SimConfig
-    except ModuleNotFoundError:
-        return
-    names = set(SimConfig.__dataclass_fields__)
-    for key in options:
-        if key not in names and key not in _SIM_EXTRA:
-            fld = f"matrix.{key}" if key in dict(point.params) else f"engine.{key}"
-            raise _err(
-                exp.source, fld, f"not a simulator option; valid: {', '.join(sorted(names))}"
-            )
-    try:
-        SimConfig.from_options(**{k: v for k, v in options.items() if k in names})
+        adapter = get_engine(engine)
     except ConfigError as e:
-        key = (e.field or "").removeprefix("--").replace("-", "_")
-        fld = f"matrix.{key}" if key in dict(point.params) else f"engine.{key or '-'}"
+        fld = "matrix.engine" if "engine" in swept else "engine.kind"
         raise _err(exp.source, fld, e.why) from None
-    except (TypeError, ValueError) as e:
-        raise _err(exp.source, "engine", f"bad simulator option value: {e}") from None
+    if adapter.option_names is not None:
+        for key in options:
+            if key not in adapter.option_names:
+                valid = ", ".join(sorted(adapter.option_names))
+                why = f"not an option of engine {engine}; valid: {valid}"
+                raise _err(exp.source, opt_path(key), why)
+    if adapter.options_type is not None:
+        names = {f.name for f in dataclasses.fields(adapter.options_type)}
+        typed = {k: v for k, v in options.items() if k in names}
+        check_table(fields_model(adapter.options_type), typed, exp.source, opt_path)
+        build_checked(adapter.options_type, typed, exp.source, opt_path)
+    try:
+        adapter.check(options)
+    except ConfigError as e:
+        key = (e.field or "").removeprefix("engine.")
+        raise _err(exp.source, opt_path(key), e.why) from None
+    except (TypeError, ValueError, OverflowError) as e:
+        # launched engines read their options loosely (float(x), int(x)) while building argv
+        raise _err(exp.source, "engine", f"bad option value for engine {engine}: {e}") from None
 
 
 def load_experiment(path: str | Path) -> Experiment:
-    """Read and validate an experiment file; every problem is a ConfigError naming the field."""
+    """Read and validate an experiment file; every problem is a ConfigError naming the field,
+    and the line where the file sets it when there is one (`FILE:LINE: key.path: why`)."""
     p = Path(path)
     try:
         text = p.read_text(encoding="utf-8")
-    except OSError as e:
-        raise ConfigError(str(p), None, f"cannot read experiment file: {e.strerror or e}") from None
+    except (OSError, UnicodeDecodeError) as e:
+        why = getattr(e, "strerror", None) or str(e)
+        raise ConfigError(str(p), None, f"cannot read experiment file: {why}") from None
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
-        raise ConfigError(str(p), None, f"not valid TOML: {e}") from None
-    return parse_experiment(data, str(p), default_name=p.stem)
+        at = re.search(r"at line (\d+)", str(e))
+        where = f"{p}:{at.group(1)}" if at else str(p)
+        raise ConfigError(where, None, f"not valid TOML: {e}") from None
+    try:
+        return parse_experiment(data, str(p), default_name=p.stem)
+    except ConfigError as e:
+        line = toml_line(text, e.field or "")
+        if line is None or e.where != str(p):
+            raise
+        raise ConfigError(f"{p}:{line}", e.field, e.why) from None
+
+
+_HEADER = re.compile(r"^\s*\[\[?\s*([^\]]+?)\s*\]\]?")
+_KEY = re.compile(r"^\s*([A-Za-z0-9_.\"-]+?)\s*=")
+
+
+def toml_line(text: str, key_path: str) -> int | None:
+    """The 1-based line that sets `key_path` (or the nearest table or key above it that holds
+    it, such as an inline table), or None. tomllib keeps no positions, so this reads the lines:
+    `[table]` headers and `key =` lines; good enough to point at, never used for meaning."""
+    want = key_path.split(".") if key_path else []
+    best: tuple[int, int] | None = None  # (matched depth, line)
+    table: list[str] = []
+    for number, line in enumerate(text.splitlines(), 1):
+        header = _HEADER.match(line)
+        if header:
+            table = [k.strip().strip('"') for k in header.group(1).split(".")]
+            path = table
+        else:
+            key = _KEY.match(line)
+            if not key:
+                continue
+            path = table + [k.strip('"') for k in key.group(1).split(".")]
+        if path and path == want[: len(path)] and (best is None or len(path) > best[0]):
+            best = (len(path), number)
+    return None if best is None else best[1]

@@ -36,8 +36,8 @@ def dry_run_plan(exp: Experiment, order: str | None = None) -> list[dict[str, An
         }
         if adapter.in_process:
             entry["note"] = "in process: " + ", ".join(f"{k}={v}" for k, v in options.items())
-        elif engine == "external":
-            entry["note"] = f"no launch: replays against {options.get('url')}"
+        elif adapter.server_url is not None:
+            entry["note"] = f"no launch: replays against {adapter.server_url(options)}"
         else:
             port = exp.port
             spec = adapter.launch(options, exp.host, port or 8000)

@@ -4,10 +4,12 @@ pre-register the working-set predictions (predictions.json), which no run ever r
 from __future__ import annotations
 
 import copy
+import dataclasses
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from replay.engines.registry import get_engine
 from replay.errors import ConfigError, ReplayError
 from replay.sweep.config import Experiment, Point
 from replay.sweep.results import write_bytes_atomic, write_json_atomic
@@ -62,11 +64,13 @@ def prediction_inputs(exp: Experiment, point: Point) -> dict[str, Any]:
     """Model preset, tp, capacities and pool for the working-set prediction of one point."""
     engine, options, run = exp.resolve(point)
     spec = exp.predict
+    typed = get_engine(engine).options_type
+    # an engine with typed options (the simulator) fills unset inputs from its own defaults
     sim_defaults: Mapping[str, Any] = {}
-    if engine in ("sim", "sim-server"):
-        from replay.sim.options import SimConfig
-
-        sim_defaults = SimConfig.from_options(**options).to_dict()
+    if typed is not None:
+        names = {f.name for f in dataclasses.fields(typed)}
+        built = typed(**{k: v for k, v in options.items() if k in names and v is not None})
+        sim_defaults = dataclasses.asdict(built)
 
     def pick(name: str, default: Any = None) -> Any:
         value = getattr(spec, name, None)
@@ -106,10 +110,9 @@ def _predict_group(
     from replay.model.predict import predict_tiers
     from replay.model.presets import get_hardware, get_model
 
-    if exp.resolve(points[0])[0] == "llamacpp":  # whole-prompt RAM tier: its own model
-        from replay.engines.llamacpp import predict_points
-
-        return predict_points(trace, [exp.resolve(p) for p in points])
+    own_model = get_engine(exp.resolve(points[0])[0]).predict
+    if own_model is not None:
+        return own_model(trace, [exp.resolve(p) for p in points])
     inputs = prediction_inputs(exp, points[0])
     if inputs["model"] is None or inputs["device_kv_gib"] is None:
         return {"inputs": inputs, "skipped": "set predict.model and predict.device_kv_gib"}

@@ -29,7 +29,7 @@ from replay.counters import CANONICAL_COUNTERS
 from replay.engines import provenance
 from replay.engines.base import EngineAdapter
 from replay.engines.registry import get_engine
-from replay.errors import ConfigError, EngineError, ReplayError
+from replay.errors import EngineError, ReplayError
 from replay.metrics.counters import counter_deltas
 from replay.metrics.scrape import MetricsRecorder, fetch_samples
 from replay.status import RunStatus
@@ -203,7 +203,7 @@ class SweepRunner:
         from replay.driver.run import run_replay
 
         adapter = get_engine(engine)
-        external = engine == "external"
+        external = adapter.server_url is not None
         server: ServerProcess | None = None
         info: dict[str, Any] = {}
         recorder: MetricsRecorder | None = None
@@ -212,12 +212,9 @@ class SweepRunner:
         result_status: str | None = None
         prov: dict[str, Any] | None = None
         try:
-            if external:
-                if not options.get("url"):
-                    raise ConfigError(self.exp.source, "engine.url", "required for engine external")
-                url = str(options["url"]).rstrip("/").removesuffix("/v1")
-                kind = options.get("kind")
-                mapper = get_engine(kind) if kind else adapter
+            if adapter.server_url is not None:
+                url = adapter.server_url(options)
+                mapper = adapter.speaking_for(options)
                 prov = provenance.collect(adapter, options, probe_version=False)
                 info = {"url": url}
             else:
