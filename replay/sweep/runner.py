@@ -21,7 +21,7 @@ import threading
 import time
 import traceback
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -109,6 +109,19 @@ class _Watchdog:
     def __exit__(self, *exc) -> None:
         self._stop.set()
         self._thread.join(timeout=2)
+
+
+@dataclass
+class _Launch:
+    """What one launched run has gathered so far; the `finally` step records it whatever failed."""
+
+    server: ServerProcess | None = None
+    recorder: MetricsRecorder | None = None
+    info: dict[str, Any] = field(default_factory=dict)
+    prov: dict[str, Any] | None = None
+    status_override: str | None = None
+    reason: str | None = None
+    result_status: str | None = None
 
 
 class SweepRunner:
@@ -200,120 +213,136 @@ class SweepRunner:
             ctl.reset_and_check(url, str(reset_path), model)
 
     def _run_launched(self, planned: PlannedRun, run_dir: Path, engine: str, options, run):
-        from replay.driver.run import run_replay
-
+        """One run against a server: reach it (launch, or the user's URL), check it, replay,
+        then always stop it and record what happened, whatever failed on the way."""
         adapter = get_engine(engine)
-        external = adapter.server_url is not None
-        server: ServerProcess | None = None
-        info: dict[str, Any] = {}
-        recorder: MetricsRecorder | None = None
-        status_override: str | None = None
-        reason: str | None = None
-        result_status: str | None = None
-        prov: dict[str, Any] | None = None
+        st = _Launch()
         try:
-            if adapter.server_url is not None:
-                url = adapter.server_url(options)
-                mapper = adapter.speaking_for(options)
-                prov = provenance.collect(adapter, options, probe_version=False)
-                info = {"url": url}
-            else:
-                port = self._port()
-                spec = adapter.launch(options, self.exp.host, port)
-                if spec is not None and spec.ready_file_flag:
-                    port = 0  # the server binds a free port itself and announces it
-                    spec = adapter.launch(options, self.exp.host, port)
-                assert spec is not None
-                mapper = adapter
-                ready_s = self.exp.timeouts.ready_s or spec.ready_timeout_s
-                server = ServerProcess(spec, run_dir / "server.log", self.exp.host, port)
-                prov = provenance.collect(adapter, options, argv=server.argv, env=spec.env)
-                server.start(_per_run_env(spec.env, run_dir))
-                info = {"pid": server.pid, "pgid": server.pgid, "argv": server.argv}
-                server.wait_ready(ready_s)
-                url = server.base_url
-                info["url"] = url
-            prov["trace_spec"] = self.exp.trace.describe()
-            metrics_url = url + mapper.metrics_path
-            try:
-                first = fetch_samples(metrics_url)
-            except EngineError as e:
-                first = None
-                info["metrics_error"] = str(e)
-            if first is not None:
-                problems = mapper.verify(first, options)
-                info["config_verified"] = not problems
-                if problems:
-                    raise EngineError("configuration did not take effect: " + "; ".join(problems))
-            self._warmup_and_reset(url, mapper, options, external)
-            counters_fn = None
-            if first is not None:
-                recorder = MetricsRecorder(
-                    metrics_url,
-                    mapper.map_counters,
-                    run_dir / "metrics.jsonl",
-                    interval_s=self.exp.timeouts.scrape_interval_s,
-                )
-                start = mapper.map_counters(recorder.start())
-                counters_fn = _end_counters(recorder, mapper, start, info)
-            run_options = _run_options(mapper, run)
-            from replay.driver.http import DEFAULT_TRANSPORT, http_transport_factory
-
-            # the driver's factory: connection limit sized for sub-agents, connections opened
-            # before the clock starts
-            factory = http_transport_factory(
-                url,
-                self.trace,
-                run_options,
-                transport=run.get("transport", DEFAULT_TRANSPORT),
-                model=_served_model(options),
-            )
-            with contextlib.ExitStack() as stack:
-                dog = None
-                if server is not None:
-                    dog = stack.enter_context(
-                        _Watchdog(server, self.exp.timeouts.run_s, self.exp.timeouts.stop_grace_s)
-                    )
-                result = run_replay(
-                    self.trace,
-                    factory,
-                    run_options,
-                    run_dir,
-                    virtual=False,
-                    provenance=prov,
-                    counters_fn=counters_fn,
-                )
-            reason = result.get("reason")
-            result_status = result.get("status")
-            if dog is not None and dog.timed_out:
-                status_override = RunStatus.FAILED
-                reason = f"run exceeded timeouts.run_s = {self.exp.timeouts.run_s:g} s"
-            elif (
-                server is not None
-                and not server.alive()
-                and result.get("status") != RunStatus.INTERRUPTED
-            ):
-                status_override = RunStatus.FAILED
-                reason = f"server exited during the run (exit code {server.returncode()})"
+            url, mapper = self._reach_server(adapter, options, run_dir, st)
+            counters_fn = self._check_server(url, mapper, options, run_dir, st, adapter)
+            self._replay_against(url, mapper, options, run, run_dir, st, counters_fn)
         except ReplayError as e:
-            status_override, reason = RunStatus.FAILED, str(e)
+            st.status_override, st.reason = RunStatus.FAILED, str(e)
         except KeyboardInterrupt:
-            status_override, reason = (
-                RunStatus.INTERRUPTED,
-                "interrupted before the replay finished",
-            )
+            st.status_override = RunStatus.INTERRUPTED
+            st.reason = "interrupted before the replay finished"
             raise
         finally:
-            if recorder is not None:
-                recorder.stop()
-                info["scrape_errors"] = recorder.errors
-            if server is not None:
-                info["exit_code"] = server.stop(self.exp.timeouts.stop_grace_s)
-                bad = status_override is not None or result_status not in (RunStatus.OK, None)
-                info["log_tail"] = log_tail(server.log_path, 40) if bad else None
-            self._record(run_dir, planned, engine, info, status_override, reason, prov)
+            self._stop_server(st)
+            self._record(run_dir, planned, engine, st.info, st.status_override, st.reason, st.prov)
         doc = read_json(run_dir / "run.json") or {}
-        return RunOutcome(planned.rel_dir, str(doc.get("status")), reason)
+        return RunOutcome(planned.rel_dir, str(doc.get("status")), st.reason)
+
+    def _reach_server(
+        self, adapter: EngineAdapter, options, run_dir: Path, st: _Launch
+    ) -> tuple[str, EngineAdapter]:
+        """The server's base URL and the adapter that speaks for it; launches it unless the
+        adapter names a running one."""
+        if adapter.server_url is not None:
+            st.prov = provenance.collect(adapter, options, probe_version=False)
+            st.info = {"url": adapter.server_url(options)}
+            st.prov["trace_spec"] = self.exp.trace.describe()
+            return st.info["url"], adapter.speaking_for(options)
+        port = self._port()
+        spec = adapter.launch(options, self.exp.host, port)
+        if spec is not None and spec.ready_file_flag:
+            port = 0  # the server binds a free port itself and announces it
+            spec = adapter.launch(options, self.exp.host, port)
+        assert spec is not None
+        ready_s = self.exp.timeouts.ready_s or spec.ready_timeout_s
+        server = ServerProcess(spec, run_dir / "server.log", self.exp.host, port)
+        st.server = server
+        st.prov = provenance.collect(adapter, options, argv=server.argv, env=spec.env)
+        st.prov["trace_spec"] = self.exp.trace.describe()
+        server.start(_per_run_env(spec.env, run_dir))
+        st.info = {"pid": server.pid, "pgid": server.pgid, "argv": server.argv}
+        server.wait_ready(ready_s)
+        st.info["url"] = server.base_url
+        return server.base_url, adapter
+
+    def _check_server(
+        self, url: str, mapper: EngineAdapter, options, run_dir: Path, st: _Launch, adapter
+    ) -> Callable[[], dict[str, Any]] | None:
+        """Verify the configuration took effect, warm up and reset, start the scraper; returns
+        the end-of-run counter function (None when the server has no metrics)."""
+        metrics_url = url + mapper.metrics_path
+        try:
+            first = fetch_samples(metrics_url)
+        except EngineError as e:
+            first = None
+            st.info["metrics_error"] = str(e)
+        if first is not None:
+            problems = mapper.verify(first, options)
+            st.info["config_verified"] = not problems
+            if problems:
+                raise EngineError("configuration did not take effect: " + "; ".join(problems))
+        self._warmup_and_reset(url, mapper, options, adapter.server_url is not None)
+        if first is None:
+            return None
+        st.recorder = MetricsRecorder(
+            metrics_url,
+            mapper.map_counters,
+            run_dir / "metrics.jsonl",
+            interval_s=self.exp.timeouts.scrape_interval_s,
+        )
+        start = mapper.map_counters(st.recorder.start())
+        return _end_counters(st.recorder, mapper, start, st.info)
+
+    def _replay_against(
+        self, url: str, mapper: EngineAdapter, options, run, run_dir: Path, st: _Launch, counters_fn
+    ) -> None:
+        """The replay itself, under the run's time limit when this sweep launched the server."""
+        from replay.driver.http import DEFAULT_TRANSPORT, http_transport_factory
+        from replay.driver.run import run_replay
+
+        run_options = _run_options(mapper, run)
+        # the driver's factory: connection limit sized for sub-agents, connections opened
+        # before the clock starts
+        factory = http_transport_factory(
+            url,
+            self.trace,
+            run_options,
+            transport=run.get("transport", DEFAULT_TRANSPORT),
+            model=_served_model(options),
+        )
+        server = st.server
+        with contextlib.ExitStack() as stack:
+            dog = None
+            if server is not None:
+                dog = stack.enter_context(
+                    _Watchdog(server, self.exp.timeouts.run_s, self.exp.timeouts.stop_grace_s)
+                )
+            result = run_replay(
+                self.trace,
+                factory,
+                run_options,
+                run_dir,
+                virtual=False,
+                provenance=st.prov,
+                counters_fn=counters_fn,
+            )
+        st.reason = result.get("reason")
+        st.result_status = result.get("status")
+        if dog is not None and dog.timed_out:
+            st.status_override = RunStatus.FAILED
+            st.reason = f"run exceeded timeouts.run_s = {self.exp.timeouts.run_s:g} s"
+        elif (
+            server is not None
+            and not server.alive()
+            and result.get("status") != RunStatus.INTERRUPTED
+        ):
+            st.status_override = RunStatus.FAILED
+            st.reason = f"server exited during the run (exit code {server.returncode()})"
+
+    def _stop_server(self, st: _Launch) -> None:
+        """Stop the scraper and the server (when launched); keep the log's tail of a bad run."""
+        if st.recorder is not None:
+            st.recorder.stop()
+            st.info["scrape_errors"] = st.recorder.errors
+        if st.server is not None:
+            st.info["exit_code"] = st.server.stop(self.exp.timeouts.stop_grace_s)
+            bad = st.status_override is not None or st.result_status not in (RunStatus.OK, None)
+            st.info["log_tail"] = log_tail(st.server.log_path, 40) if bad else None
 
     def _record(self, run_dir, planned, engine, info, status_override, reason, prov=None) -> None:
         extra: dict[str, Any] = {"server": info, "provenance": prov}
