@@ -432,6 +432,32 @@ def test_a_request_written_whole_is_not_resent(name, prompt_tokens):
     assert len(srv.exchanges) == 1 and srv.opened == 1
 
 
+def test_raw_resends_a_request_crossing_a_kept_alive_connections_clean_close():
+    """The server answered once on a connection, then closes it cleanly (FIN) as the next request
+    arrives, before answering: it was retiring the connection (llama.cpp's server did this about
+    once in 400 calls). The raw transport sends that request once more on a new connection; on a
+    connection that never answered, the same close is not resent (see the test above)."""
+
+    async def script(ex) -> bool:
+        if (ex.conn_id, ex.on_conn) == (0, 1):
+            return False  # read the whole request, close without a byte of answer
+        return await _answer_sse(ex)
+
+    async def main():
+        t = TRANSPORTS["raw"](HttpOptions(srv.url, model="m", request_timeout_s=30))
+        await t.start()
+        try:
+            return await t.complete(_req(n=50)), await t.complete(_req(n=60))
+        finally:
+            await t.close()
+
+    with ScriptServer(script) as srv:
+        first, second = asyncio.run(main())
+    assert "stale_connection_retries" not in first.extra
+    assert second.prompt_tokens == 60 and second.extra.get("stale_connection_retries") == 1
+    assert [(e.conn_id, e.on_conn) for e in srv.exchanges] == [(0, 0), (0, 1), (1, 0)]
+
+
 def test_cli_offers_exactly_the_registered_transports_and_default():
     from replay.cli.run_cmd import command
 

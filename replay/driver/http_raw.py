@@ -85,6 +85,7 @@ class _Connection(asyncio.Protocol):
         self.lost = False
         self.in_idle = False
         self.idle_since_s = 0.0
+        self.answered = 0  # responses completed on this connection (a warm-up GET counts)
         self._fut: asyncio.Future | None = None
         self._parser: httptools.HttpResponseParser | None = None
         self._acc: SseAccumulator | None = None
@@ -151,7 +152,12 @@ class _Connection(asyncio.Protocol):
         self.pool._connection_lost(self)
 
     def _lost_error(self, exc: Exception | None) -> BaseException:
-        if not self._got_bytes and not self._written_all:
+        # A kept-alive connection that the server closes cleanly (FIN, no error) before a byte of
+        # the answer is one it was retiring as our request crossed the close (llama.cpp did this
+        # about once in 400 calls, with the whole request already in the kernel): a server that
+        # had read the request would answer it, and one that died resets or refuses the resend.
+        retired = exc is None and self.answered > 0
+        if not self._got_bytes and (not self._written_all or retired):
             return StaleConnection(repr(exc) if exc else "closed by peer")
         why = repr(exc) if exc else "closed by the server"
         if self._got_bytes:
@@ -182,6 +188,7 @@ class _Connection(asyncio.Protocol):
 
     def on_message_complete(self) -> None:
         self._complete = True
+        self.answered += 1
         # The server's keep-alive clock starts when it has sent the response, not when the pool
         # gets the connection back: a caller that holds a connection after its answer (prewarm
         # waits for all of its connections) must not make it look younger than the server sees.
