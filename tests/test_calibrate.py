@@ -211,3 +211,20 @@ def test_a_bad_costs_file_names_the_file_and_field(tmp_path):
         load_costs(bad)
     with pytest.raises(ConfigError, match="cannot read costs file"):
         load_costs(tmp_path / "missing.toml")
+
+
+def test_the_calibrated_llamacpp_twin_experiment_loads(monkeypatch):
+    # experiments/llamacpp-cpu-sim.toml names its costs file relative to the repository root,
+    # where sweeps run: every point builds a simulator with llama.cpp's personality and them
+    from replay.sweep.config import load_experiment
+
+    root = Path(__file__).resolve().parents[1]
+    monkeypatch.chdir(root)
+    exp = load_experiment("experiments/llamacpp-cpu-sim.toml")
+    costs = load_costs("experiments/costs/llamacpp-cpu.toml")
+    assert costs.prefill_s_per_token > 0 and costs.decode_step_s + costs.decode_s_per_seq > 0
+    for point in exp.points():
+        engine, options, _ = exp.resolve(point)
+        cfg = SimConfig.from_options(**options)
+        assert (engine, cfg.personality, cfg.max_num_seqs) == ("sim", "llamacpp", 2)
+        assert cfg.bytes_per_token == 2048
