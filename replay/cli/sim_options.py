@@ -8,7 +8,13 @@ from typing import Any
 
 import click
 
-from replay.sim.options import ADMISSIONS, DEVICE_EVICTIONS, WRITE_POLICIES, SimConfig
+from replay.sim.options import (
+    ADMISSIONS,
+    DEVICE_EVICTIONS,
+    PERSONALITIES,
+    WRITE_POLICIES,
+    SimConfig,
+)
 
 __all__ = ["sim_options"]
 
@@ -70,6 +76,11 @@ _OPTIONS: list[tuple[str, dict[str, Any]]] = [
         {"type": float, "help": "service-time noise: each stretch x (1 + J*U(-1,1)), seeded"},
     ),
     ("--seed", {"type": int, "help": "seed of the service-time noise"}),
+    (
+        "--personality",
+        {"type": click.Choice(PERSONALITIES), "help": "whose cache to imitate (vllm, llamacpp)"},
+    ),
+    ("--costs", {"help": "costs TOML from `replay calibrate` (replaces the roofline)"}),
 ]
 
 

@@ -145,6 +145,17 @@ MODELS: dict[str, ModelPreset] = {
         source="the project's CI model (replay.engines.tinymodel: hidden 256, 2 layers, 4 Q / 2 KV "
         "heads, vocab 8192, BF16; 1 KiB of KV per token), served by vLLM on CPU in make test-vllm",
     ),
+    "tiny-gguf": ModelPreset(
+        name="tiny-gguf",
+        layers=2,
+        q_heads=4,
+        kv_heads=4,
+        head_dim=64,
+        params_total=5.8e6,
+        params_active=5.8e6,
+        source="the project's llama.cpp CI model (replay.engines.gguf_tiny: hidden 256, 2 layers, "
+        "4 Q / 4 KV heads, vocab 8192, f16 KV; 2 KiB of KV per token), served by llama.cpp on CPU",
+    ),
 }
 
 _PCIE4 = 32 * _GB  # PCIe 4.0 x16, one direction

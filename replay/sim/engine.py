@@ -28,8 +28,10 @@ from replay.counters import CANONICAL_COUNTERS, COMPUTED_PREFILL_TOKENS
 from replay.sim.admission import make_admission
 from replay.sim.cost import CostModel
 from replay.sim.device import DeviceTier
+from replay.sim.fitted_cost import FittedCostModel, load_costs
 from replay.sim.host import HostTier
 from replay.sim.options import SimConfig
+from replay.sim.personality import SlotPersonality
 
 __all__ = ["Seq", "Plan", "SimEngine", "EXTRA_COUNTERS"]
 
@@ -74,6 +76,8 @@ class Seq:
     on_fail: Callable[[Seq, BaseException], None] | None = None
     output_ids: np.ndarray | None = None  # what the request "generates" (fronts set it)
     order: int = 0
+    prompt_ids: np.ndarray | None = None  # the llamacpp personality matches prompts token by token
+    slot: int = -1  # llamacpp personality: the server slot serving it
 
     @property
     def cached_tokens(self) -> int:
@@ -101,7 +105,7 @@ class SimEngine:
         self.B = cfg.block_tokens
         self.C = cfg.chunk_tokens
         self.R = cfg.chunk_tokens // cfg.block_tokens
-        self.cost = CostModel(
+        self.cost: CostModel | FittedCostModel = CostModel(
             cfg.model_preset,
             cfg.hardware_preset,
             cfg.tp,
@@ -111,8 +115,15 @@ class SimEngine:
             cfg.host_link_efficiency,
             cfg.transfer_overhead_s,
         )
+        self.request_overhead_s = 0.0
+        if cfg.costs:
+            fitted = FittedCostModel(load_costs(cfg.costs))
+            self.cost, self.request_overhead_s = fitted, fitted.request_overhead_s
         self.device = DeviceTier(cfg.device_blocks, cfg.device_eviction)
-        self.host = HostTier(cfg.host_chunks) if cfg.host_chunks > 0 else None
+        # llamacpp: slots and a whole-prompt RAM tier replace block sharing and the chunked tier
+        self.slots = SlotPersonality(cfg) if cfg.personality == "llamacpp" else None
+        has_host = cfg.host_chunks > 0 and self.slots is None
+        self.host = HostTier(cfg.host_chunks) if has_host else None
         self.admission = make_admission(cfg)
         self._rng = np.random.default_rng(cfg.seed) if cfg.jitter > 0 else None
         self.waiting: deque[Seq] = deque()
@@ -319,6 +330,8 @@ class SimEngine:
 
     def _admit(self, s: Seq, now: float) -> bool:
         """Look up both tiers and take blocks for the prefill; False if the device cannot fit it."""
+        if self.slots is not None:
+            return self._admit_to_slot(s, now)
         L = s.prefill_len
         m = self.device.match(s.keys[: (L - 1) // self.B])
         hit = s.keys[:m]
@@ -350,6 +363,31 @@ class SimEngine:
                 self.host.mark_read(chunk_keys[first : last + 1])
                 r_chunks = last - first + 1
                 self.c["chunks_restored"] += r_chunks
+        self._start(s, now, d, r, r_chunks)
+        return True
+
+    def _admit_to_slot(self, s: Seq, now: float) -> bool:
+        """llamacpp: take an idle slot; reuse what the slot or a RAM entry shares with the prompt."""
+        need = -(-s.prefill_len // self.B)
+        if need > self.device.n_available:
+            return False
+        assert s.prompt_ids is not None, "the llamacpp personality needs the prompt's token ids"
+        a = self.slots.admit(s.prompt_ids) if self.slots is not None else None
+        if a is None:
+            return False  # every slot is busy
+        self._allocate(need, now)
+        s.held, s.anon, s.slot = 0, need, a.slot
+        if not s.admitted:
+            self.admission.observe_lookup(s.task, s.prompt_len, now)
+        r = a.host_restore_tokens
+        self._start(s, now, a.device_hit_tokens, r, 1 if r else 0)
+        return True
+
+    def _start(self, s: Seq, now: float, d: int, r: int, r_chunks: int) -> None:
+        """Count an admission of `d` device-hit and `r` restored tokens and start the request:
+        its restore (if any) queues on the host link, its fixed overhead (fitted costs) runs
+        beside the other requests' compute."""
+        L = s.prefill_len
         self.c["device_hit_tokens"] += d
         self.c["host_restore_tokens"] += r
         self.c[COMPUTED_PREFILL_TOKENS] += L - d - r
@@ -360,16 +398,17 @@ class SimEngine:
         s.order = self._order
         self._order += 1
         self.running.append(s)
+        ready = now + self.request_overhead_s
         if r and not self.cfg.blocking_transfers:
-            start = max(now, self.link_free_at)
+            start = max(ready, self.link_free_at)
             s.ready_at = start + self.cost.transfer_s(r, r_chunks)
             self.link_free_at = s.ready_at
             s.state = "loading"
         else:
             if r:
                 self.stall_s += self.cost.transfer_s(r, r_chunks)
-            s.state = "prefill"
-        return True
+            s.ready_at = ready
+            s.state = "loading" if ready > now else "prefill"
 
     # -- applying steps -------------------------------------------------------------------------
 
@@ -453,6 +492,8 @@ class SimEngine:
         else:
             self.device.release(held)
         s.held = 0
+        if self.slots is not None and s.prompt_ids is not None:
+            self.slots.release(s.slot, s.prompt_ids, s.output_len, t)
         s.state = "done"
         s.t_end = t
         if s.t_first is None:
@@ -466,6 +507,8 @@ class SimEngine:
         self.device.release(s.keys[: s.held])
         self.device.free_anon(s.anon)
         s.held = s.anon = 0
+        if self.slots is not None and s.prompt_ids is not None:
+            self.slots.release(s.slot, s.prompt_ids, 0, now)  # the slot keeps its prompt
         s.computed = s.kv = 0
         s.prefill_len = s.prompt_len + s.generated
         s.state = "waiting"
@@ -490,6 +533,8 @@ class SimEngine:
         self.device.clear()
         if self.host is not None:
             self.host.clear()
+        if self.slots is not None:
+            self.slots.clear()
 
     def counters(self) -> dict[str, int]:
         """Canonical counters (docs/architecture.md) plus the simulator's extras (cumulative)."""
@@ -500,6 +545,8 @@ class SimEngine:
             c["chunks_evicted_unread"] = self.host.chunks_evicted_unread
         c["host_write_tokens"] = c["chunks_written"] * self.C
         c["host_evicted_tokens"] = c["chunks_evicted"] * self.C
+        if self.slots is not None:
+            c.update(self.slots.host_counters())
         return c
 
     def check(self) -> None:

@@ -17,12 +17,14 @@ __all__ = [
     "WRITE_POLICIES",
     "ADMISSIONS",
     "DEVICE_EVICTIONS",
+    "PERSONALITIES",
     "SimConfig",
 ]
 
 WRITE_POLICIES = ("write-through", "write-back", "selective")
 ADMISSIONS = ("all", "fixed", "conditioned", "rate", "ttl")
 DEVICE_EVICTIONS = ("block", "session")
+PERSONALITIES = ("reference", "vllm", "llamacpp")
 
 
 @dataclass(frozen=True)
@@ -64,6 +66,10 @@ class SimConfig:
     time_scale: float = 0.0
     jitter: float = 0.0  # service-time noise: each planned stretch x (1 + jitter * U(-1, 1))
     seed: int = 0  # seeds the jitter; with jitter 0 the engine draws no random numbers
+    # whose cache the simulator imitates (replay.sim.personality) and, when set, a costs file
+    # written by `replay calibrate` that replaces the roofline with costs fitted to a real engine
+    personality: str = "reference"
+    costs: str = ""
 
     def __post_init__(self) -> None:
         self.model_preset  # noqa: B018  (validates names early)
@@ -96,9 +102,14 @@ class SimConfig:
             ("write_policy", WRITE_POLICIES),
             ("admission", ADMISSIONS),
             ("device_eviction", DEVICE_EVICTIONS),
+            ("personality", PERSONALITIES),
         ):
             if getattr(self, f) not in valid:
                 raise bad(f, f"unknown value {getattr(self, f)!r}; valid: {', '.join(valid)}")
+        if self.costs:
+            from replay.sim.fitted_cost import load_costs
+
+            load_costs(self.costs)  # a missing or malformed file is a ConfigError naming it
         if self.device_blocks < 1:
             raise bad("device_kv_gib", "holds less than one KV block; make it larger")
 
@@ -117,8 +128,9 @@ class SimConfig:
 
     @property
     def device_blocks(self) -> int:
-        """Device tier capacity in blocks of `block_tokens`."""
-        return int(self.device_kv_gib * GIB) // (self.block_tokens * self.bytes_per_token)
+        """Device tier capacity in blocks of `block_tokens` (vLLM keeps one as its null block)."""
+        blocks = int(self.device_kv_gib * GIB) // (self.block_tokens * self.bytes_per_token)
+        return blocks - 1 if self.personality == "vllm" else blocks
 
     @property
     def chunk_bytes(self) -> int:

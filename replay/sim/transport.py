@@ -76,6 +76,8 @@ class SimTransport:
         keys = self._keyer.keys(request.task, prompt, out)
         seq = Seq(request.task, len(prompt), n_out, keys)
         seq.output_ids = out
+        if self.config.personality == "llamacpp":
+            seq.prompt_ids = prompt.astype(np.int64)
         return seq
 
     async def complete(self, request: CompletionRequest) -> CompletionResult:

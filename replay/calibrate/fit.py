@@ -1,0 +1,228 @@
+"""Fit the simulator's cost model (`replay.sim.fitted_cost`) to per-call records of real runs.
+
+Pure: call rows in, coefficients and residuals out. Two non-negative least-squares fits:
+
+1. Time to first token, from the moment the call could start (its service start: the engine
+   serves at most `servers` calls at once, first come first served, so a call sent while all are
+   busy starts when the earliest of them ends):
+   `ttft_service = overhead + a * computed + b * pairs + c * restored`, with
+   `pairs = computed * cached + computed (computed + 1) / 2` (the attention term, growing with
+   context) and `restored` the tokens loaded from the host tier.
+2. Decode: a call's decode time `t_end - t_first` over `steps = completion - 1` steps, less the
+   prefill work of other calls that ran inside it (their fitted prefill time, pro rata of their
+   prefill window's overlap), is `d0 * steps + d1 * steps * batch`, where `batch` is the
+   time-weighted number of calls decoding during its decode window (itself included).
+
+The per-chunk restore cost is fitted only where restores come in chunks (`chunk_tokens` > 0); a
+whole-prompt tier (llama.cpp) moves one entry per restore and folds it into the overhead.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+from scipy.optimize import nnls
+
+from replay.sim.fitted_cost import FittedCosts
+
+__all__ = ["CallRow", "FitResult", "fit_costs", "service_starts"]
+
+
+@dataclass(frozen=True)
+class CallRow:
+    """One finished call of a real run, times in seconds since the run's start."""
+
+    t_send: float
+    t_first: float
+    t_end: float
+    prompt_tokens: int
+    cached_tokens: int
+    restored_tokens: int
+    completion_tokens: int
+
+
+@dataclass
+class FitResult:
+    costs: FittedCosts
+    calls: int
+    ttft_residual_rms_s: float
+    ttft_residual_rel: float  # rms / mean of the fitted times to first token
+    decode_residual_rms_s: float
+    decode_residual_rel: float
+    notes: list[str] = field(default_factory=list)
+
+    def summary(self) -> dict[str, float | int | str]:
+        return {
+            "calls": self.calls,
+            "ttft_residual_rms_s": self.ttft_residual_rms_s,
+            "ttft_residual_rel": self.ttft_residual_rel,
+            "decode_residual_rms_s": self.decode_residual_rms_s,
+            "decode_residual_rel": self.decode_residual_rel,
+            "notes": "; ".join(self.notes),
+        }
+
+
+def service_starts(rows: Sequence[CallRow], servers: int) -> np.ndarray:
+    """When each call's service began: FCFS over `servers` seats, a seat freed at a call's end.
+    (Per run: the rows of one run only.)"""
+    order = sorted(range(len(rows)), key=lambda i: (rows[i].t_send, rows[i].t_first))
+    free = [0.0] * servers
+    starts = np.zeros(len(rows))
+    for i in order:
+        t = heapq.heappop(free)
+        starts[i] = max(rows[i].t_send, t)
+        heapq.heappush(free, max(starts[i], rows[i].t_end))
+    return starts
+
+
+def _nnls(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Non-negative least squares with columns scaled to unit norm (coefficients differ by
+    orders of magnitude); zero columns get a zero coefficient. Returns (coef, residuals)."""
+    norms = np.linalg.norm(x, axis=0)
+    keep = norms > 0
+    coef = np.zeros(x.shape[1])
+    if keep.any() and len(y):
+        sol, _ = nnls(x[:, keep] / norms[keep], y)
+        coef[keep] = sol / norms[keep]
+    return coef, y - x @ coef
+
+
+def _overlap(a0: float, a1: float, b0: np.ndarray, b1: np.ndarray) -> np.ndarray:
+    return np.clip(np.minimum(a1, b1) - np.maximum(a0, b0), 0.0, None)
+
+
+@dataclass
+class _Run:
+    """One run's calls as arrays, with the windows the fit needs."""
+
+    start: np.ndarray  # service start
+    t_first: np.ndarray
+    t_end: np.ndarray
+    x: np.ndarray  # prefill design: 1, computed, pairs, restored[, restored chunks]
+    steps: np.ndarray  # decode steps (completion - 1)
+
+    @property
+    def n(self) -> int:
+        return len(self.start)
+
+
+def _prepare(rows: Sequence[CallRow], servers: int, chunk_tokens: int) -> _Run:
+    computed = np.array([r.prompt_tokens - r.cached_tokens for r in rows], dtype=np.float64)
+    cached = np.array([r.cached_tokens for r in rows], dtype=np.float64)
+    restored = np.array([r.restored_tokens for r in rows], dtype=np.float64)
+    pairs = computed * cached + computed * (computed + 1) / 2
+    cols = [np.ones(len(rows)), computed, pairs, restored]
+    if chunk_tokens > 0:
+        cols.append(np.ceil(restored / chunk_tokens))
+    return _Run(
+        start=service_starts(rows, servers),
+        t_first=np.array([r.t_first for r in rows], dtype=np.float64),
+        t_end=np.array([r.t_end for r in rows], dtype=np.float64),
+        x=np.column_stack(cols),
+        steps=np.array([max(r.completion_tokens - 1, 0) for r in rows], dtype=np.float64),
+    )
+
+
+def _intrusions(
+    run: _Run, cp: np.ndarray, cd: np.ndarray, batch_tokens: int
+) -> tuple[np.ndarray, ...]:
+    """Per call: others' compute inside its prefill, others' prefill inside its decode window, and
+    its decode batch (time-weighted, itself included). A call computes its prompt from the end of
+    its fixed overhead and restore (which other calls' compute overlaps) to its first token;
+    another call's prefill (the compute part, a * computed + b * pairs) fills the steps that end
+    at its first token, so it takes the last that many seconds before it."""
+    prefill_s = run.x[:, 1:3] @ cp[1:3]
+    waits = run.x[:, [0, *range(3, run.x.shape[1])]] @ cp[[0, *range(3, run.x.shape[1])]]
+    c_start = np.minimum(run.start + waits, run.t_first)
+    # a prefill runs in the step(s) that end at its first token: its last prefill_s seconds
+    p_start = np.maximum(run.t_first - prefill_s, c_start)
+    p_win = np.maximum(run.t_first - p_start, 1e-12)
+    d_win = run.t_end - run.t_first
+    n = run.n
+    batch = np.ones(n)
+    for i in range(n):
+        if d_win[i] > 0:
+            ov = _overlap(run.t_first[i], run.t_end[i], run.t_first, run.t_end)
+            ov[i] = 0.0
+            batch[i] = 1.0 + ov.sum() / d_win[i]
+    into_prefill, into_decode = np.zeros(n), np.zeros(n)
+    for i in range(n):
+        others = np.arange(n) != i
+        ov_p = _overlap(c_start[i], run.t_first[i], p_start, run.t_first)
+        into_prefill[i] = (prefill_s * ov_p / p_win)[others].sum()
+        # calls decoding when its prefill ends shared its steps: one decode step per prefill
+        # step, plus on average half of the step in progress when it arrived and, if it then
+        # waited (overhead, restore), half of the one in progress when it was ready
+        dec = others & (run.t_first < run.t_first[i]) & (run.t_end >= run.t_first[i])
+        if dec.any():
+            k = np.ceil(max(run.x[i, 1], 1.0) / batch_tokens) + (1.0 if waits[i] > 0 else 0.5)
+            into_prefill[i] += k * (cd[0] + cd[1] * dec.sum())
+        ov_dp = _overlap(run.t_first[i], run.t_end[i], p_start, run.t_first)
+        into_decode[i] = (prefill_s * ov_dp / p_win)[others].sum()
+    return into_prefill, into_decode, batch
+
+
+def fit_costs(
+    runs: Sequence[Sequence[CallRow]],
+    servers: int,
+    chunk_tokens: int = 0,
+    batch_tokens: int = 8192,
+    rounds: int = 6,
+) -> FitResult:
+    """Fit the cost model to the calls of `runs` (each a list of one run's rows) of an engine that
+    serves up to `servers` calls at once. Other calls' work inside a call's windows depends on
+    the costs being fitted, so the two fits alternate for `rounds` rounds (from none)."""
+    prepared = [_prepare(rows, servers, chunk_tokens) for rows in runs if rows]
+    if not prepared:
+        raise ValueError("no calls to fit")
+    xp = np.vstack([r.x for r in prepared])
+    ttft = np.concatenate([r.t_first - r.start for r in prepared])
+    cp, cd = np.zeros(xp.shape[1]), np.zeros(2)
+    notes: list[str] = []
+    for _ in range(rounds):
+        parts = [_intrusions(r, cp, cd, batch_tokens) for r in prepared]
+        yp = ttft - np.concatenate([p[0] for p in parts])
+        cp, res_p = _nnls(xp, yp)
+        parts = [_intrusions(r, cp, cd, batch_tokens) for r in prepared]
+        xd, yd = [], []
+        for r, (_, into_decode, batch) in zip(prepared, parts, strict=True):
+            ok = r.steps >= 1
+            xd.append(np.column_stack([r.steps, r.steps * batch])[ok])
+            yd.append((r.t_end - r.t_first - into_decode)[ok])
+        x_d, y_d = np.vstack(xd), np.concatenate(yd)
+        if len(y_d):
+            cd, res_d = _nnls(x_d, y_d)
+        else:
+            res_d = np.zeros(0)
+    if not len(y_d):
+        notes.append("no call decoded more than one token: decode costs are 0")
+    if not (xp[:, 3] > 0).any():
+        notes.append("no restores in the fitted runs: restore cost is 0")
+    costs = FittedCosts(
+        request_overhead_s=float(cp[0]),
+        prefill_s_per_token=float(cp[1]),
+        attention_s_per_pair=float(cp[2]),
+        restore_s_per_token=float(cp[3]),
+        restore_s_per_chunk=float(cp[4]) if chunk_tokens > 0 else 0.0,
+        decode_step_s=float(cd[0]),
+        decode_s_per_seq=float(cd[1]),
+    )
+
+    def rms(r: np.ndarray) -> float:
+        return float(np.sqrt(np.mean(r**2))) if len(r) else 0.0
+
+    def rel(r: np.ndarray, y: np.ndarray) -> float:
+        return rms(r) / float(np.mean(y)) if len(y) and np.mean(y) > 0 else 0.0
+
+    return FitResult(
+        costs=costs,
+        calls=len(yp),
+        ttft_residual_rms_s=rms(res_p),
+        ttft_residual_rel=rel(res_p, yp),
+        decode_residual_rms_s=rms(res_d),
+        decode_residual_rel=rel(res_d, y_d),
+        notes=notes,
+    )

@@ -1,0 +1,223 @@
+"""Calibrate on some points of a sweep, simulate the others, and report the held-out errors.
+
+`calibrate(results, fit_points, costs_path)` fits the cost model (replay.calibrate.fit) to the
+calls of the named points' runs, writes the costs file, then replays the experiment's trace through
+the simulator at every point (fitted costs, the engine's personality, the point's cache sizes) and
+compares each with the mean of that point's measured runs. Errors are signed and relative,
+(simulated - measured) / measured; the device hit fraction's is the difference of fractions.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from replay.calibrate.fit import fit_costs
+from replay.calibrate.records import ResultsDir, call_rows, run_totals
+from replay.counters import COMPUTED_PREFILL_TOKENS
+from replay.errors import ConfigError
+from replay.model.presets import GIB
+from replay.sim.fitted_cost import costs_toml
+
+__all__ = ["calibrate", "sim_options_for", "servers_for"]
+
+_SIM_ENGINES = ("sim", "sim-server")
+
+
+def servers_for(engine: str, options: Mapping[str, Any]) -> int:
+    """How many calls the engine serves at once (its slots or running sequences)."""
+    if engine == "llamacpp":
+        return int(options.get("slots", 2))
+    return int(options.get("max_num_seqs") or 256)
+
+
+def sim_options_for(
+    results: ResultsDir, engine: str, options: Mapping[str, Any], costs_path: str
+) -> dict[str, Any]:
+    """SimConfig keywords standing for one point of a real engine: its personality, cache sizes
+    and seats, the fitted costs. ConfigError when the engine has no personality or size here."""
+    src = str(results.path / "experiment.toml")
+    if engine in _SIM_ENGINES:
+        keep = {k: v for k, v in options.items() if k not in ("python", "extra_args", "env")}
+        return {**keep, "costs": costs_path, "jitter": 0.0}
+    if engine == "llamacpp":
+        if str(options.get("model") or "tiny") != "tiny":
+            raise ConfigError(src, "engine.model", "only the tiny GGUF has a simulator preset")
+        ctx = int(options.get("ctx_tokens", 16384))
+        slots = int(options.get("slots", 2))
+        mib = options.get("cache_ram_mib")
+        host_gib = float(options.get("host_tier_gib") or 0) if mib is None else float(mib) / 1024
+        return {
+            "personality": "llamacpp",
+            "model": "tiny-gguf",
+            "tp": 1,
+            "max_num_seqs": slots,
+            "host_tier_gib": host_gib,
+            "device_kv_gib": ctx * 2048 / GIB,
+            "block_tokens": 16,
+            "chunk_tokens": 16,
+            "max_model_len": ctx // slots,
+            "max_num_batched_tokens": int(options.get("batch_tokens") or 2048),
+            "costs": costs_path,
+        }
+    if engine == "vllm":
+        pred = results.experiment.predict
+        if not pred.model:
+            raise ConfigError(src, "predict.model", "name the model preset the simulator uses")
+        kv = options.get("kv_cache_memory_bytes")
+        if kv is None:
+            raise ConfigError(src, "engine.kv_cache_memory_bytes", "needed to size the device")
+        block = int(pred.block_tokens or 16)
+        return {
+            "personality": "vllm",
+            "model": pred.model,
+            "tp": int(options.get("tensor_parallel_size") or 1),
+            "device_kv_gib": float(kv) / GIB,
+            "block_tokens": block,
+            "chunk_tokens": block,
+            "max_num_seqs": servers_for(engine, options),
+            "max_num_batched_tokens": int(options.get("max_num_batched_tokens") or 8192),
+            "max_model_len": int(options.get("max_model_len") or 1 << 20),
+            "costs": costs_path,
+        }
+    raise ConfigError(src, "engine.kind", f"no simulator personality for {engine!r}")
+
+
+def _simulate(results: ResultsDir, trace: Any, engine: str, sim_kw: dict, run: dict) -> dict:
+    from replay.driver.options import RunOptions
+    from replay.driver.run import run_replay
+    from replay.engines.registry import get_engine
+    from replay.sim.options import SimConfig
+    from replay.sim.transport import SimTransport
+
+    config = SimConfig.from_options(**sim_kw)
+    box: dict[str, SimTransport] = {}
+
+    def factory() -> SimTransport:
+        box["t"] = SimTransport(config, vocab_size=trace.header.vocab_size)
+        return box["t"]
+
+    kwargs = {k: v for k, v in run.items() if k != "transport"}
+    kwargs.setdefault("forcing", get_engine(engine).forcing)
+    with tempfile.TemporaryDirectory(prefix="replay-calibrate-") as tmp:
+        summary = run_replay(
+            trace,
+            factory,
+            RunOptions(**kwargs),
+            Path(tmp) / "run",
+            virtual=True,
+            counters_fn=lambda: box["t"].counters(),
+        )
+    return summary
+
+
+def _err(sim: float | None, meas: float | None) -> float | None:
+    if sim is None or meas is None or not meas:
+        return None
+    return (float(sim) - float(meas)) / float(meas)
+
+
+def _mean(values: Sequence[float | None]) -> float | None:
+    vals = [float(v) for v in values if v is not None]
+    return float(np.mean(vals)) if vals else None
+
+
+def _hit_fraction(device_hit: float | None, prompt: float | None) -> float | None:
+    return None if device_hit is None or not prompt else float(device_hit) / float(prompt)
+
+
+def calibrate(
+    results: ResultsDir, fit_points: Sequence[str], costs_path: str | Path
+) -> dict[str, Any]:
+    """Fit on `fit_points`, write `costs_path`, simulate every point; the report as a dict."""
+    from replay.sweep.prepare import load_trace
+
+    exp = results.experiment
+    src = str(results.path)
+    for name in fit_points:
+        if name not in results.points:
+            valid = ", ".join(results.points)
+            raise ConfigError(src, "--fit", f"no point {name!r}; valid: {valid}")
+        if not results.points[name].run_dirs:
+            raise ConfigError(src, "--fit", f"point {name!r} has no finished (ok) run to fit")
+    trace = load_trace(exp)
+    resolved = {n: exp.resolve(p.point) for n, p in results.points.items()}
+    engines = {engine for engine, _, _ in resolved.values()}
+    if len(engines) != 1:
+        raise ConfigError(src, "matrix.engine", "calibrate one engine at a time")
+    (engine,) = engines
+    runs, measured = [], {}
+    for name, pr in results.points.items():
+        _, options, _ = resolved[name]
+        totals = []
+        for run_dir in pr.run_dirs:
+            rows, restored = call_rows(run_dir, engine, options, trace)
+            t = run_totals(run_dir)
+            if engine == "llamacpp":  # reuse split by the whole-prompt model on the run's times
+                cached = sum(r.cached_tokens for r in rows)
+                t["host_restore_tokens"], t["device_hit_tokens"] = restored, cached - restored
+            totals.append(t)
+            if name in fit_points:
+                runs.append(rows)
+        measured[name] = {k: _mean([t[k] for t in totals]) for k in totals[0]} if totals else {}
+    _, fit_options, _ = resolved[fit_points[0]]
+    chunk = 0
+    if engine in _SIM_ENGINES:
+        from replay.sim.options import SimConfig
+
+        chunk = SimConfig.from_options(**fit_options).chunk_tokens
+    batch = int(fit_options.get("batch_tokens") or fit_options.get("max_num_batched_tokens") or 0)
+    fit = fit_costs(
+        runs,
+        servers_for(engine, fit_options),
+        chunk_tokens=chunk,
+        batch_tokens=batch or (2048 if engine == "llamacpp" else 8192),
+    )
+    costs_file = Path(costs_path)
+    provenance = {
+        "results": str(results.path),
+        "engine": engine,
+        "fit_points": list(fit_points),
+        **{k: v for k, v in fit.summary().items()},
+    }
+    costs_file.write_text(costs_toml(fit.costs, provenance), encoding="utf-8")
+    report: dict[str, Any] = {
+        "engine": engine,
+        "costs": fit.costs.to_dict(),
+        "residuals": fit.summary(),
+        "fit": [],
+        "heldout": [],
+    }
+    for name, pr in results.points.items():
+        _, options, run = resolved[name]
+        meas = measured[name]
+        if not meas:
+            report["heldout" if name not in fit_points else "fit"].append(
+                {"point": name, "runs": 0, "skipped": "no finished (ok) run"}
+            )
+            continue
+        kw = sim_options_for(results, engine, options, str(costs_file))
+        sim = _simulate(results, trace, engine, kw, run)
+        hit_sim = _hit_fraction(sim.get("device_hit_tokens"), sim.get("prompt_tokens"))
+        hit_meas = _hit_fraction(meas.get("device_hit_tokens"), meas.get("prompt_tokens"))
+        row = {
+            "point": name,
+            "runs": len(pr.run_dirs),
+            "makespan_error": _err(sim.get("makespan_s"), meas.get("makespan_s")),
+            "ttft_p50_error": _err(sim.get("ttft_p50_s"), meas.get("ttft_p50_s")),
+            "computed_prefill_error": _err(
+                sim.get(COMPUTED_PREFILL_TOKENS), meas.get(COMPUTED_PREFILL_TOKENS)
+            ),
+            "restores_error": _err(sim.get("host_restore_tokens"), meas.get("host_restore_tokens")),
+            "device_hit_fraction_error": None
+            if hit_sim is None or hit_meas is None
+            else hit_sim - hit_meas,
+            "simulated": {k: sim.get(k) for k in meas},
+            "measured": meas,
+        }
+        report["fit" if name in fit_points else "heldout"].append(row)
+    return report

@@ -1,0 +1,76 @@
+"""`replay calibrate`: fit the simulator's costs to measured points, predict the others."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import click
+import orjson
+
+__all__ = ["command"]
+
+
+def _pct(v: Any) -> str:
+    return "-" if v is None or not math.isfinite(v) else f"{100 * v:+.1f}%"
+
+
+def _text(report: dict[str, Any], costs_path: str) -> str:
+    c = report["costs"]
+    r = report["residuals"]
+    lines = [
+        f"engine {report['engine']}; costs written to {costs_path}",
+        f"  request overhead {1e3 * c['request_overhead_s']:.3f} ms, prefill "
+        f"{1e6 * c['prefill_s_per_token']:.2f} us/token + {1e9 * c['attention_s_per_pair']:.3f} "
+        f"ns per attention pair, decode {1e3 * c['decode_step_s']:.3f} ms/step + "
+        f"{1e3 * c['decode_s_per_seq']:.3f} ms/sequence, restore "
+        f"{1e6 * c['restore_s_per_token']:.3f} us/token + {1e3 * c['restore_s_per_chunk']:.3f} "
+        "ms/chunk",
+        f"  fit on {r['calls']} calls: time-to-first-token residual rms "
+        f"{1e3 * r['ttft_residual_rms_s']:.2f} ms ({_pct(r['ttft_residual_rel'])} of the mean), "
+        f"decode {1e3 * r['decode_residual_rms_s']:.2f} ms ({_pct(r['decode_residual_rel'])})",
+    ]
+    if r.get("notes"):
+        lines.append(f"  notes: {r['notes']}")
+    head = f"  {'point':<34} {'runs':>4} {'makespan':>9} {'TTFT p50':>9} {'prefill':>9}"
+    head += f" {'restores':>9} {'hit frac':>9}"
+    for kind in ("fit", "heldout"):
+        lines += ["", f"{kind} points (simulated vs measured mean, signed relative error):", head]
+        for row in report[kind]:
+            if "skipped" in row:
+                lines.append(f"  {row['point']:<34} {row['skipped']}")
+                continue
+            hit = row["device_hit_fraction_error"]
+            lines.append(
+                f"  {row['point']:<34} {row['runs']:>4} {_pct(row['makespan_error']):>9} "
+                f"{_pct(row['ttft_p50_error']):>9} {_pct(row['computed_prefill_error']):>9} "
+                f"{_pct(row['restores_error']):>9} "
+                f"{'-' if hit is None else f'{hit:+.3f}':>9}"
+            )
+    lines.append("(hit frac: simulated minus measured device hit fraction, absolute)")
+    return "\n".join(lines)
+
+
+@click.command("calibrate")
+@click.argument("results_dir", type=click.Path(path_type=Path))
+@click.option(
+    "--fit",
+    "fit_points",
+    multiple=True,
+    required=True,
+    help="point (its directory name, e.g. host_tier_gib=0) whose runs the costs are fitted to",
+)
+@click.option("-o", "--out", "out", required=True, type=click.Path(), help="costs TOML to write")
+@click.option("--json", "as_json", is_flag=True, help="print the report as JSON")
+def command(results_dir: Path, fit_points: tuple[str, ...], out: str, as_json: bool) -> None:
+    """Fit the simulator's costs to the measured runs of RESULTS_DIR's --fit points, simulate
+    every point with them and the engine's personality, and report the errors."""
+    from replay.calibrate.heldout import calibrate
+    from replay.calibrate.records import read_results
+
+    report = calibrate(read_results(results_dir), list(fit_points), out)
+    if as_json:
+        click.echo(orjson.dumps(report, option=orjson.OPT_INDENT_2).decode())
+    else:
+        click.echo(_text(report, out))

@@ -1,0 +1,230 @@
+"""`replay calibrate`: the fit recovers costs the simulator was given, on the simulator's own
+records; a sweep of the simulator calibrated on two points predicts the others; bad input is one
+line and exit 2."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import orjson
+import pandas as pd
+import pytest
+
+from replay.calibrate.fit import CallRow, fit_costs, service_starts
+from replay.cli.main import main
+from replay.driver.options import RunOptions
+from replay.driver.run import run_replay
+from replay.errors import ConfigError
+from replay.sim.fitted_cost import FittedCosts, costs_toml, load_costs
+from replay.sim.options import SimConfig
+from replay.sim.transport import SimTransport
+from replay.trace.synth import synth
+
+TRUE = FittedCosts(
+    request_overhead_s=0.004,
+    prefill_s_per_token=2e-4,
+    attention_s_per_pair=1e-7,
+    decode_step_s=3e-3,
+    decode_s_per_seq=1e-3,
+    restore_s_per_token=2e-5,
+)
+
+
+def _records(tmp_path: Path, seats: int, pool: int) -> list[CallRow]:
+    """One simulated llama.cpp-like run with known costs, read back from its calls.parquet."""
+    costs = tmp_path / "true.toml"
+    costs.write_text(costs_toml(TRUE))
+    trace = synth("swe-agent", tasks=8, seed=1, vocab_size=8192, scale=0.06, max_calls_per_task=6)
+    cfg = SimConfig(
+        model="tiny-gguf",
+        tp=1,
+        device_kv_gib=0.05,
+        host_tier_gib=0.01,
+        max_num_seqs=seats,
+        personality="llamacpp",
+        costs=str(costs),
+    )
+    box: dict = {}
+
+    def factory() -> SimTransport:
+        box["t"] = SimTransport(cfg, vocab_size=8192)
+        return box["t"]
+
+    out = tmp_path / f"run{seats}"
+    summary = run_replay(
+        trace,
+        factory,
+        RunOptions(pool=pool, gap_scale=0.1),
+        out,
+        virtual=True,
+        counters_fn=lambda: box["t"].counters(),
+    )
+    assert summary["status"] == "ok" and summary["host_restore_tokens"] > 0
+    df = pd.read_parquet(out / "calls.parquet")
+    return [
+        CallRow(
+            r.t_send,
+            r.t_first_token,
+            r.t_end,
+            int(r.prompt_tokens),
+            int(r.cached_tokens),
+            int(r.host_restore_tokens),
+            int(r.completion_tokens),
+        )
+        for r in df.itertuples()
+    ]
+
+
+def test_fit_recovers_prefill_restore_and_overhead_costs(tmp_path):
+    # one seat: every call's time to first token is its own overhead, restore and prefill
+    fit = fit_costs([_records(tmp_path, seats=1, pool=4)], servers=1)
+    got, want = fit.costs.to_dict(), TRUE.to_dict()
+    for name in ("request_overhead_s", "prefill_s_per_token", "attention_s_per_pair"):
+        assert got[name] == pytest.approx(want[name], rel=0.02), name
+    assert got["restore_s_per_token"] == pytest.approx(want["restore_s_per_token"], rel=0.02)
+    # with one call decoding at a time, only the sum of the decode costs is identifiable
+    total = got["decode_step_s"] + got["decode_s_per_seq"]
+    assert total == pytest.approx(TRUE.decode_step_s + TRUE.decode_s_per_seq, rel=0.02)
+    assert fit.ttft_residual_rel < 1e-6
+
+
+def test_fit_recovers_decode_costs_under_batching(tmp_path):
+    # two seats: calls decode side by side (batch 1 or 2) and prefill inside others' decodes
+    fit = fit_costs([_records(tmp_path, seats=2, pool=6)], servers=2)
+    got = fit.costs
+    assert got.decode_step_s == pytest.approx(TRUE.decode_step_s, rel=0.02)
+    assert got.decode_s_per_seq == pytest.approx(TRUE.decode_s_per_seq, rel=0.02)
+    assert got.prefill_s_per_token == pytest.approx(TRUE.prefill_s_per_token, rel=0.05)
+    assert fit.decode_residual_rel < 0.03
+
+
+def test_service_starts_are_first_come_first_served():
+    rows = [
+        CallRow(0.0, 1.0, 2.0, 10, 0, 0, 2),
+        CallRow(0.0, 1.5, 3.0, 10, 0, 0, 2),
+        CallRow(0.5, 2.5, 4.0, 10, 0, 0, 2),  # waits for the first seat to free (t = 2)
+        CallRow(5.0, 5.5, 6.0, 10, 0, 0, 2),
+    ]
+    assert service_starts(rows, 2).tolist() == [0.0, 0.0, 2.0, 5.0]
+
+
+EXPERIMENT = """
+name = "calib"
+repeats = 1
+seed = 1
+order = "sequential"
+
+[trace]
+synth = {{ preset = "swe-agent", tasks = 6, seed = 1, vocab_size = 8192, scale = 0.06, max_calls_per_task = 6 }}
+
+[run]
+pool = 6
+gap_scale = 0.1
+
+[engine]
+kind = "sim"
+model = "tiny-gguf"
+tp = 1
+device_kv_gib = 0.05
+max_num_seqs = 1
+personality = "llamacpp"
+costs = "{costs}"
+
+[matrix]
+host_tier_gib = [0, 0.00390625, 0.0078125, 0.015625]
+"""
+
+
+def _run(argv: list[str], capsys) -> tuple[int, str, str]:
+    try:
+        main(argv)
+        code = 0
+    except SystemExit as e:
+        code = int(e.code or 0)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_calibrate_a_simulated_sweep_predicts_its_other_points(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "true.toml").write_text(costs_toml(TRUE))
+    exp = tmp_path / "calib.toml"
+    exp.write_text(EXPERIMENT.format(costs=tmp_path / "true.toml"))
+    code, _, err = _run(["sweep", str(exp)], capsys)
+    assert code == 0, err
+    argv = ["calibrate", "results/calib", "--fit", "host_tier_gib=0"]
+    argv += ["--fit", "host_tier_gib=0.015625", "-o", "fitted.toml", "--json"]
+    code, out, err = _run(argv, capsys)
+    assert code == 0, err
+    report = orjson.loads(out)
+    assert [r["point"] for r in report["fit"]] == ["host_tier_gib=0", "host_tier_gib=0.015625"]
+    assert [r["point"] for r in report["heldout"]] == [
+        "host_tier_gib=0.00390625",
+        "host_tier_gib=0.0078125",
+    ]
+    for row in report["fit"] + report["heldout"]:
+        for key in ("makespan_error", "ttft_p50_error", "computed_prefill_error"):
+            assert abs(row[key]) < 1e-6, (row["point"], key, row[key])
+    # the middle points restore from RAM: their error is a number, and zero
+    assert all(abs(r["restores_error"]) < 1e-6 for r in report["heldout"])
+    fitted = load_costs(tmp_path / "fitted.toml")
+    assert fitted.prefill_s_per_token == pytest.approx(TRUE.prefill_s_per_token, rel=0.02)
+    # the text form names the costs file and every point
+    code, out, _ = _run(argv[:-1], capsys)
+    assert code == 0 and "fitted.toml" in out and "host_tier_gib=0.0078125" in out
+
+
+@pytest.mark.parametrize(
+    ("argv", "needle"),
+    [
+        (["calibrate", "nowhere", "--fit", "a", "-o", "c.toml"], "not a sweep's results"),
+        (["calibrate", ".", "-o", "c.toml"], "--fit"),
+    ],
+)
+def test_bad_calibrate_input_is_one_line_and_exit_2(argv, needle, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    code, out, err = _run(argv, capsys)
+    assert code == 2 and needle in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_unknown_fit_point_lists_the_valid_ones(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "true.toml").write_text(costs_toml(TRUE))
+    exp = tmp_path / "calib.toml"
+    exp.write_text(
+        EXPERIMENT.format(costs=tmp_path / "true.toml").replace(
+            "[0, 0.00390625, 0.0078125, 0.015625]", "[0, 0.015625]"
+        )
+    )
+    assert _run(["sweep", str(exp)], capsys)[0] == 0
+    code, _, err = _run(["calibrate", "results/calib", "--fit", "x=1", "-o", "c.toml"], capsys)
+    assert code == 2 and "valid: host_tier_gib=0, host_tier_gib=0.015625" in err, err
+
+
+def test_a_bad_costs_file_names_the_file_and_field(tmp_path):
+    bad = tmp_path / "c.toml"
+    bad.write_text("[costs]\nprefill_s_per_token = -1\n")
+    with pytest.raises(ConfigError, match="c.toml.*costs.prefill_s_per_token.*>= 0"):
+        SimConfig(costs=str(bad))
+    bad.write_text("[costs]\nwarp_s = 1\n")
+    with pytest.raises(ConfigError, match="unknown cost"):
+        load_costs(bad)
+    with pytest.raises(ConfigError, match="cannot read costs file"):
+        load_costs(tmp_path / "missing.toml")
+
+
+def test_the_calibrated_llamacpp_twin_experiment_loads(monkeypatch):
+    # experiments/llamacpp-cpu-sim.toml names its costs file relative to the repository root,
+    # where sweeps run: every point builds a simulator with llama.cpp's personality and them
+    from replay.sweep.config import load_experiment
+
+    root = Path(__file__).resolve().parents[1]
+    monkeypatch.chdir(root)
+    exp = load_experiment("experiments/llamacpp-cpu-sim.toml")
+    costs = load_costs("experiments/costs/llamacpp-cpu.toml")
+    assert costs.prefill_s_per_token > 0 and costs.decode_step_s + costs.decode_s_per_seq > 0
+    for point in exp.points():
+        engine, options, _ = exp.resolve(point)
+        cfg = SimConfig.from_options(**options)
+        assert (engine, cfg.personality, cfg.max_num_seqs) == ("sim", "llamacpp", 2)
+        assert cfg.bytes_per_token == 2048
