@@ -28,6 +28,8 @@ from replay.engines.registry import get_engine
 from replay.errors import ConfigError
 
 __all__ = [
+    "requirements",
+    "visible_gpu_count",
     "Check",
     "Machine",
     "run_checks",
@@ -45,6 +47,16 @@ ENGINE_PACKAGES: dict[str, tuple[tuple[str, str, str], ...]] = {
     ),
     "sglang": (("sglang", "sglang", sglang.PINNED_VERSION),),
 }
+
+
+def requirements(kind: str) -> list[str]:
+    """pip requirement specifiers of the engine environment `make setup-gpu ENGINE=kind` builds."""
+    if kind not in ENGINE_PACKAGES:
+        valid = ", ".join(sorted(ENGINE_PACKAGES))
+        raise ConfigError("setup-gpu", "ENGINE", f"unknown engine {kind!r}; valid: {valid}")
+    return [f"{dist}=={pinned}" for _mod, dist, pinned in ENGINE_PACKAGES[kind]]
+
+
 # A run writes records, metrics every second and a server log: tens of MB; 1 GiB covers a sweep.
 MIN_FREE_DISK_BYTES = 1 << 30
 PROBE_TIMEOUT_S = 120.0  # importing vLLM (torch, CUDA) can take most of a minute on a cold disk
@@ -76,7 +88,7 @@ class Check:
     detail: str
 
 
-def _gpu_count(env: Mapping[str, str]) -> int:
+def visible_gpu_count(env: Mapping[str, str]) -> int:
     """GPUs a server started with `env` would see: nvidia-smi's list, narrowed by
     CUDA_VISIBLE_DEVICES; 0 without an NVIDIA driver."""
     smi = shutil.which("nvidia-smi")
@@ -115,7 +127,7 @@ def _free_disk_bytes(path: Path) -> int:
 class Machine:
     """What this machine offers, measured by default; tests pass their own measurements."""
 
-    gpu_count: Callable[[Mapping[str, str]], int] = _gpu_count
+    gpu_count: Callable[[Mapping[str, str]], int] = visible_gpu_count
     available_memory_bytes: Callable[[], int | None] = _available_memory_bytes
     free_disk_bytes: Callable[[Path], int] = _free_disk_bytes
     min_free_disk_bytes: int = MIN_FREE_DISK_BYTES
