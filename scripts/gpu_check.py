@@ -30,11 +30,14 @@ sys.path.insert(0, str(REPO))
 
 from replay.engines.preflight import visible_gpu_count  # noqa: E402  (after the path line)
 
-# 8 agents, ~40 calls, contexts up to ~1.9K tokens; 4 at a time against a device tier of ~3K
-# tokens (1 KiB of KV per token): contexts are evicted between an agent's calls and come back.
+# 12 agents, ~70 calls, contexts up to 1.5K tokens (1 KiB of KV each); 6 agents at a time, 2
+# requests running: the 6 contexts (up to ~9K tokens) do not fit the 4K-token device tier, so
+# they are evicted between an agent's calls and come back, while the 2 running requests (up to
+# ~3.6K tokens with their outputs) always fit, so nothing is preempted (a preempted request is
+# prefilled twice and the counters could no longer be compared with the calls).
 TRACE = (
-    'synth = { preset = "swe-agent", tasks = 8, seed = 3, vocab_size = 8192, scale = 0.12, '
-    "max_calls_per_task = 6, max_prompt_tokens = 1900 }"
+    'synth = { preset = "swe-agent", tasks = 12, seed = 3, vocab_size = 8192, scale = 0.12, '
+    "max_calls_per_task = 6, max_prompt_tokens = 1500 }"
 )
 COMMON = """
 model = "{model}"
@@ -45,16 +48,17 @@ VLLM = (
     COMMON
     + """
 load_format = "dummy"
-kv_cache_memory_bytes = 3145728
+kv_cache_memory_bytes = 4194304
 max_model_len = 2048
-max_num_seqs = 4
+max_num_seqs = 2
 enforce_eager = true
 """
 )
 SGLANG = (
     COMMON
     + """
-device_kv_tokens = 3072
+device_kv_tokens = 4096
+max_running_requests = 2
 page_size = 16
 mem_fraction_static = 0.5
 extra_args = ["--load-format", "dummy", "--disable-cuda-graph", "--context-length", "2048"]
@@ -73,7 +77,7 @@ order = "sequential"
 [trace]
 {trace}
 [run]
-pool = 4
+pool = 6
 gap_scale = 0.02
 forcing = true
 request_timeout_s = 120
@@ -108,7 +112,14 @@ def verify_run(run_dir: Path, *, tier_on: bool, exact: bool) -> list[str]:
     counters = json.loads((run_dir / "counters.json").read_text())
     per_call = [c.get("cached_tokens") for c in calls]
     device, host = counters.get("device_hit_tokens"), counters.get("host_restore_tokens")
-    if None in per_call or device is None:
+    if counters.get("preemptions"):
+        # A preempted request is prefilled again: the counters count its hits twice, its call
+        # once, so the sums cannot be compared; the point must be sized to avoid preemption.
+        problems.append(
+            f"{counters['preemptions']:g} preemptions: counters and calls cannot be compared; "
+            "lower max_num_seqs or raise the device tier"
+        )
+    elif None in per_call or device is None:
         problems.append(f"counters or per-call cached_tokens missing: device {device}")
     elif device + (host or 0) != sum(per_call):
         problems.append(

@@ -32,6 +32,7 @@ kind = "sim-server"
 tp = 8
 device_kv_gib = 0.5
 time_scale = 0.0
+max_num_seqs = 1                        # one running request: no preemption
 [matrix]
 host_tier_gib = [2]
 [timeouts]
@@ -84,3 +85,6 @@ def test_run_checks_pass_on_a_real_run_and_catch_each_fault(tmp_path):
     assert gpu_check.verify_run(run, tier_on=True, exact=False) == [
         "host tier on but host restores = 0"
     ]
+    counters["preemptions"] = 2  # re-prefills: the sums no longer compare, and it says so
+    (run / "counters.json").write_text(json.dumps(counters))
+    assert "2 preemptions" in gpu_check.verify_run(run, tier_on=False, exact=False)[0]
