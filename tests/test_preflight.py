@@ -243,3 +243,24 @@ def test_vllm_offload_sweep_without_vllm_stops_within_30_s(tmp_path):
     assert time.monotonic() - start < 30
     assert done.stderr.count("\n") == 1
     assert "make setup-gpu ENGINE=vllm" in done.stderr
+
+
+def test_replay_run_stops_before_sending_when_ids_pass_the_served_models_vocabulary(tmp_path):
+    from replay.trace.io import write_trace
+    from replay.trace.synth import synth
+    from tests.servers import FaultServer
+
+    trace = tmp_path / "t.jsonl.gz"
+    write_trace(synth("swe-agent", tasks=2, seed=1, vocab_size=32000, max_calls_per_task=2), trace)
+    small, big = model_dir(tmp_path / "small", 512), model_dir(tmp_path / "big", 32000)
+    argv = [sys.executable, "-m", "replay.cli.main", "run", "--trace", str(trace), "--pool", "1"]
+    with FaultServer(model=str(small)) as srv:
+        out = ["--out", str(tmp_path / "a")]
+        done = subprocess.run([*argv, *out, "--url", srv.url], capture_output=True, text=True)
+        assert done.returncode == 2
+        assert "vocab_size 512" in done.stderr and done.stderr.count("\n") == 1
+        assert srv.seen == []  # not one completion sent
+    with FaultServer(model=str(big)) as srv:
+        out = ["--out", str(tmp_path / "b"), "--gap-scale", "0"]
+        done = subprocess.run([*argv, *out, "--url", srv.url], capture_output=True)
+        assert done.returncode == 0 and len(srv.seen) > 0

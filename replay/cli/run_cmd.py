@@ -201,9 +201,23 @@ def _run_http(trace, options, out_dir, url, engine_kind, served_model, transport
     from replay.driver.run import run_replay
 
     model = served_model or fetch_served_model(url)
+    _check_vocabulary(trace, model)
     factory = http_transport_factory(url, trace, options, transport=transport_name, model=model)
     prov = {"url": url, "engine": engine_kind, "served_model": model, "transport": transport_name}
     return run_replay(trace, factory, options, out_dir, provenance=prov)
+
+
+def _check_vocabulary(trace, model: str) -> None:
+    """Stop before sending anything when the trace's ids pass the served model's vocabulary
+    (vLLM would answer 400 to every call); known where the model's config.json is here: a local
+    model directory, or the hub cache."""
+    from replay.engines import vocab
+    from replay.errors import ConfigError
+
+    size = vocab.vocab_size(model)
+    problem = vocab.vocab_problem(trace, size, model) if size else None
+    if problem:
+        raise ConfigError(str(trace.path or "trace"), "vocabulary", problem)
 
 
 def _run_sim(trace: Trace, options: RunOptions, out_dir: str, simopts: dict[str, Any]) -> dict:
