@@ -207,15 +207,15 @@ def _run_http(trace, options, out_dir, url, engine_kind, served_model, transport
     return run_replay(trace, factory, options, out_dir, provenance=prov)
 
 
-def _check_vocabulary(trace, model: str) -> None:
+def _check_vocabulary(trace, model: str | None) -> None:
     """Stop before sending anything when the trace's ids pass the served model's vocabulary
     (vLLM would answer 400 to every call); known where the model's config.json is here: a local
     model directory, or the hub cache."""
     from replay.engines import vocab
     from replay.errors import ConfigError
 
-    size = vocab.vocab_size(model)
-    problem = vocab.vocab_problem(trace, size, model) if size else None
+    size = vocab.vocab_size(model) if model else None
+    problem = vocab.vocab_problem(trace, size, str(model)) if size else None
     if problem:
         raise ConfigError(str(trace.path or "trace"), "vocabulary", problem)
 

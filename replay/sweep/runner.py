@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from replay.engines import preflight, provenance
+from replay.engines import provenance
 from replay.engines.base import CANONICAL_COUNTERS, EngineAdapter
 from replay.engines.registry import get_engine
 from replay.errors import ConfigError, EngineError, ReplayError
@@ -373,7 +373,9 @@ class SweepRunner:
             self.echo(f"stopped server process group {pgid} left running by an earlier sweep")
         keep_experiment_file(self.exp, self.exp_dir, force=self.force)
         self.trace = load_trace(self.exp)
-        preflight.require_ready(self.exp, self.trace, self.exp_dir)  # stop once, before launching
+        from replay.engines.preflight import require_ready  # engine environment, GPUs, model, ...
+
+        require_ready(self.exp, self.trace, self.exp_dir)  # a failure stops the sweep once, here
         write_predictions(self.trace, self.exp, self.exp_dir, force=self.force)
         planned = plan_runs(self.exp, self.order)
         write_json_atomic(
