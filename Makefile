@@ -96,3 +96,14 @@ $(LLAMA_SERVER):
 
 test-contracts: $(STAMP) ## adapters vs the pinned vLLM/SGLang/LMCache sources: flags, metrics, forcing
 	$(BIN)/python -m pytest -q -m contracts tests/contracts -p no:cacheprovider
+
+# GPU engines (docs/engines.md): one environment per engine at the adapters' pinned versions, with
+# this project installed into it (--no-deps); the experiment files name .venv-gpu-ENGINE/bin/python.
+ENGINE ?=
+.PHONY: setup-gpu gpu-check
+
+setup-gpu: $(STAMP) ## build .venv-gpu-$(ENGINE) (ENGINE=vllm|sglang|lmcache): pinned engine + replay
+	PYTHON=$(PYTHON) REPLAY_PYTHON=$(BIN)/python bash scripts/setup-gpu.sh "$(ENGINE)" .venv-gpu-$(ENGINE)
+
+gpu-check: $(STAMP) ## one GPU, <= 10 min: vLLM, vLLM+LMCache, SGLang+HiCache forcing and counters
+	$(BIN)/python scripts/gpu_check.py

@@ -21,6 +21,7 @@ def _register() -> None:
     # Explicit registry (no import magic): each module exposes one click command or group.
     from replay.cli import (
         calibrate_cmd,
+        doctor_cmd,
         predict_cmd,
         report_cmd,
         run_cmd,
@@ -29,8 +30,18 @@ def _register() -> None:
         trace_cmd,
     )
 
-    for mod in (trace_cmd, run_cmd, sim_cmd, predict_cmd, sweep_cmd, report_cmd, calibrate_cmd):
+    for mod in (
+        trace_cmd,
+        run_cmd,
+        sim_cmd,
+        predict_cmd,
+        sweep_cmd,
+        report_cmd,
+        calibrate_cmd,
+        doctor_cmd,
+    ):
         cli.add_command(mod.command)
+    cli.add_command(doctor_cmd.model_command)
 
 
 _register()

@@ -219,10 +219,24 @@ def _run_http(trace, options, out_dir, url, engine_kind, served_model, transport
         if options.strict:
             raise ConfigError("run", "--served-model", f"{why}; give --served-model NAME")
         warnings.append(f"{why}: requests carry no `model` field (give --served-model NAME)")
+    _check_vocabulary(trace, model)
     prepare()
     factory = http_transport_factory(url, trace, options, transport=transport_name, model=model)
     prov = {"url": url, "engine": engine_kind, "served_model": model, "transport": transport_name}
     return run_replay(trace, factory, options, out_dir, provenance=prov, warnings=warnings)
+
+
+def _check_vocabulary(trace, model: str | None) -> None:
+    """Stop before sending anything when the trace's ids pass the served model's vocabulary
+    (vLLM would answer 400 to every call); known where the model's config.json is here: a local
+    model directory, or the hub cache."""
+    from replay.engines import vocab
+    from replay.errors import ConfigError
+
+    size = vocab.vocab_size(model) if model else None
+    problem = vocab.vocab_problem(trace, size, str(model)) if size else None
+    if problem:
+        raise ConfigError(str(trace.path or "trace"), "vocabulary", problem)
 
 
 def _run_sim(trace: Trace, options: RunOptions, out_dir: str, simopts: dict[str, Any]) -> dict:

@@ -252,18 +252,21 @@ class SseAccumulator:
             if not isinstance(usage, dict):
                 raise RequestFailed(ErrorKind.MALFORMED, "`usage` is not an object")
             self.usage = usage
-        for key in ("timings", "meta_info"):  # llama.cpp / SGLang per-request details
+        for key in ("timings", "meta_info", "sglext"):  # llama.cpp / SGLang per-request details
             if key in obj:
                 self.extra[key] = obj[key]
 
     def _by_source(self, usage: dict) -> dict[str, int] | None:
         """Cached tokens per source ({"device": .., "host": ..}): extra keys of
-        `prompt_tokens_details`, or SGLang's `cached_tokens_details` (in usage or meta_info)."""
+        `prompt_tokens_details`, or SGLang's `cached_tokens_details` (in usage, meta_info, or
+        the response-level `sglext` object SGLang 0.5.23's OpenAI server sends)."""
         meta = self.extra.get("meta_info")
+        ext = self.extra.get("sglext")
         for d in (
             usage.get("prompt_tokens_details"),
             usage.get("cached_tokens_details"),
             meta.get("cached_tokens_details") if isinstance(meta, dict) else None,
+            ext.get("cached_tokens_details") if isinstance(ext, dict) else None,
         ):
             found = _counts(d)
             if found:

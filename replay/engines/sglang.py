@@ -8,6 +8,14 @@ srt/observability/metrics_collector.py (`sglang:cached_tokens_total{cache_source
 `sglang:hicache_backup_tokens_total{pool}`, `sglang:load_back_tokens_total{pool}`), one series per
 scheduler rank (label `tp_rank`), every rank reporting the same logical count.
 
+Per call: `return_cached_tokens_details` (srt/entrypoints/openai/protocol.py, CompletionRequest)
+makes SGLang send the device/host split of `cached_tokens` in a response-level `sglext` object
+(`SglExt.cached_tokens_details`; when streaming, a chunk of its own with no choices), which the
+driver reads. Exact forcing: `--enable-custom-logit-processor` plus a per-request
+`custom_logit_processor` (replay.engines.sglang_forcing) reading `custom_params.forced_token_ids`;
+`return_token_ids` returns the ids so the run counts exact matches. `[run] forcing = false` falls
+back to length forcing (max_tokens = min_tokens, ignore_eos).
+
 Options: model (required), python, tp, device_kv_tokens (--max-total-tokens), mem_fraction_static,
 host_tier_gib (HiCache host pool, GiB per rank; 0 = off), write_policy, page_size, io_backend,
 extra_args, env.
@@ -27,6 +35,8 @@ from replay.engines.common import (
     flag_value,
     require,
 )
+from replay.engines.sglang_forcing import PARAM as FORCING_PARAM
+from replay.engines.sglang_forcing import serialized_processor
 from replay.errors import ConfigError
 from replay.metrics.counters import difference, first_present, one_rank, sample_sum
 
@@ -35,6 +45,7 @@ __all__ = [
     "launch",
     "map_counters",
     "hicache_size_gb",
+    "request_extras",
     "SGLANG_OPTIONS",
     "WRITE_POLICIES",
 ]
@@ -43,6 +54,10 @@ __all__ = [
 PINNED_VERSION = "0.5.23"
 # Read only as fallbacks for releases older than PINNED_VERSION.
 LEGACY_METRICS = frozenset({"sglang:num_retracted_reqs_total"})
+
+# The request's `custom_logit_processor`: the same string for every call, so SGLang's batch merges
+# all forced rows under one processor instance.
+FORCING_PROCESSOR = serialized_processor()
 
 WRITE_POLICIES = ("write_through", "write_through_selective", "write_back")
 
@@ -97,6 +112,8 @@ def launch(options: Mapping[str, Any], host: str, port: int) -> LaunchSpec:
         str(port),
         "--enable-metrics",
         "--enable-cache-report",
+        # the forcing processor is sent per request; SGLang refuses it without this flag
+        "--enable-custom-logit-processor",
     ]
     for key, flag in _VALUE_FLAGS.items():
         if options.get(key) is not None:
@@ -172,6 +189,18 @@ def map_counters(samples: Samples) -> dict[str, float | None]:
     }
 
 
+def request_extras(max_tokens: int, forced_output_ids: list[int] | None) -> dict[str, Any]:
+    """Length forcing, the per-call cache split (`sglext.cached_tokens_details`), and with
+    recorded ids the forcing processor with its ids in `custom_params`."""
+    extras = openai_extras(max_tokens, forced_output_ids)
+    extras["return_cached_tokens_details"] = True
+    if forced_output_ids is not None:
+        extras["custom_logit_processor"] = FORCING_PROCESSOR
+        extras["custom_params"] = {FORCING_PARAM: list(forced_output_ids)}
+        extras["return_token_ids"] = True
+    return extras
+
+
 def version_argv(options: Mapping[str, Any]) -> list[str]:
     return [str(options.get("python", "python")), "-c", "import sglang; print(sglang.__version__)"]
 
@@ -179,9 +208,10 @@ def version_argv(options: Mapping[str, Any]) -> list[str]:
 ADAPTER = EngineAdapter(
     name="sglang",
     launch=launch,
-    request_extras=openai_extras,
+    request_extras=request_extras,
     map_counters=map_counters,
     reset_path="/flush_cache",
+    forcing=True,
     description="SGLang server; host tier = HiCache (--enable-hierarchical-cache --hicache-size)",
     version_argv=version_argv,
     option_names=SGLANG_OPTIONS,

@@ -406,6 +406,9 @@ class SweepRunner:
             self.echo(f"stopped server process group {pgid} left running by an earlier sweep")
         keep_experiment_file(self.exp, self.exp_dir, force=self.force)
         self.trace = load_trace(self.exp)
+        from replay.engines.preflight import require_ready  # engine environment, GPUs, model, ...
+
+        require_ready(self.exp, self.trace, self.exp_dir)  # a failure stops the sweep once, here
         write_predictions(self.trace, self.exp, self.exp_dir, force=self.force)
         planned = plan_runs(self.exp, self.order)
         write_json_atomic(

@@ -219,3 +219,22 @@ def check_metrics(
         for name in sorted(set(read))
         if name not in defined and metric_base(name) not in defined
     ]
+
+
+def check_fields(
+    sent: Iterable[str],
+    defined: set[str],
+    *,
+    model: str,
+    engine: str,
+    checked: str,
+    pinned: str,
+) -> list[str]:
+    """One problem per request or response field the adapter relies on that `model` of release
+    `checked` does not declare (an unknown request field is dropped or refused by the server)."""
+    return [
+        f"the adapter relies on {model}.{name}, which {engine} {checked} does not declare "
+        f"(the adapter was last checked against {engine} {pinned})"
+        for name in sorted(set(sent))
+        if name not in defined
+    ]

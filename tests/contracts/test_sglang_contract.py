@@ -1,25 +1,35 @@
 """The SGLang adapter against the released SGLang sources (marker `contracts`).
 
 SGLang 0.5.23 generates most server flags from dataclass fields (srt/arg_groups/fields/*.py,
-`--field-name`, plus `Arg(aliases=...)`), and defines its counters in srt/observability/.
+`--field-name`, plus `Arg(aliases=...)`), and defines its counters in srt/observability/, its
+OpenAI request and response models in srt/entrypoints/openai/protocol.py, and the custom logit
+processor interface in srt/sampling/custom_logit_processor.py.
 """
 
 from __future__ import annotations
 
+import ast
+import json
+import pickle
 import re
 from pathlib import Path
 
+import numpy as np
+import orjson
 import pytest
 
-from replay.engines import sglang
+from replay.engines import sglang, sglang_forcing
 from tests.contracts.release import (
     FLAG,
     arg_aliases,
     argparse_flags,
+    check_fields,
     check_flag_types,
     check_flags,
     check_metrics,
     dataclass_fields,
+    method_params,
+    parse,
     py_files,
     string_constants,
 )
@@ -99,3 +109,94 @@ def test_hicache_size_is_decimal_gb_per_rank(sglang_release):
     # Each rank labels its own series: what the mapping's one-rank read relies on.
     collector = (sglang_release.root / "sglang/srt/observability/metrics_collector.py").read_text()
     assert '"tp_rank": parallel.tp_rank' in collector
+
+
+PROTOCOL = "sglang/srt/entrypoints/openai/protocol.py"
+PROCESSOR = "sglang/srt/sampling/custom_logit_processor.py"
+
+
+def test_request_fields_exist_in_the_completion_request(sglang_release):
+    fields = set(dataclass_fields([sglang_release.root / PROTOCOL], {"CompletionRequest"}))
+    sent = set(sglang.request_extras(3, [1, 2, 3])) | {"prompt", "model", "stream"}
+    assert {"return_cached_tokens_details", "custom_logit_processor", "custom_params"} <= sent
+    kw = {"engine": "SGLang", "checked": sglang_release.version, "pinned": sglang_release.pinned}
+    assert check_fields(sent, fields, model="CompletionRequest", **kw) == []
+    renamed = check_fields(
+        sent, fields - {"return_cached_tokens_details"}, model="CompletionRequest",
+        engine="SGLang", checked="0.6.0", pinned=sglang_release.pinned,
+    )  # fmt: skip
+    assert len(renamed) == 1 and "return_cached_tokens_details" in renamed[0]
+    assert "SGLang 0.6.0" in renamed[0] and f"SGLang {sglang_release.pinned}" in renamed[0]
+
+
+def test_cache_details_come_in_the_sglext_object_the_driver_reads(sglang_release):
+    protocol = [sglang_release.root / PROTOCOL]
+    kw = {"engine": "SGLang", "checked": sglang_release.version, "pinned": sglang_release.pinned}
+    for model, names in (
+        ("CompletionStreamResponse", {"sglext", "usage", "choices"}),
+        ("CompletionResponse", {"sglext", "usage"}),
+        ("SglExt", {"cached_tokens_details"}),
+        ("CachedTokensDetails", {"device", "host"}),
+        ("CompletionResponseStreamChoice", {"token_ids"}),
+    ):
+        fields = set(dataclass_fields(protocol, {model}))
+        assert check_fields(names, fields, model=model, **kw) == []
+    # Streaming: the details come in a chunk of their own, with no choices, before usage.
+    serving = (
+        sglang_release.root / "sglang/srt/entrypoints/openai/serving_completions.py"
+    ).read_text()
+    assert "request.return_cached_tokens_details and cached_tokens_details" in serving
+    assert "choices=[],  # sglext is at response level" in serving
+
+
+def _release_loader(root: Path):
+    """SGLang's own `_cache_from_str` (how the server turns the request's string into the
+    processor class), compiled from the release source; dill where installed, else pickle,
+    whose format dill reads too."""
+    tree = parse(root / PROCESSOR)
+    func = next(
+        n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "_cache_from_str"
+    )
+    func.decorator_list = []
+    try:
+        import dill
+    except ImportError:
+        dill = pickle
+    namespace: dict = {"orjson": orjson, "dill": dill}
+    exec(compile(ast.Module([func], []), str(root / PROCESSOR), "exec"), namespace)
+    return namespace["_cache_from_str"]
+
+
+def test_forcing_processor_matches_the_release_interface(sglang_release):
+    source = sglang_release.root / PROCESSOR
+    base = method_params(source, "CustomLogitProcessor")
+    mine = method_params(Path(sglang_forcing.__file__), "ForcedOutputLogitProcessor")
+    assert base["__call__"] == mine["__call__"] == ["self", "logits", "custom_param_list"]
+    to_str = ast.unparse(next(
+        n for n in ast.walk(parse(source)) if isinstance(n, ast.FunctionDef) and n.name == "to_str"
+    ))  # fmt: skip
+    assert "json.dumps({'callable': dill.dumps(cls).hex()})" in to_str  # the format we write
+    # The scheduler hands the request to the processor; the sampler calls it with the rows.
+    batch = (sglang_release.root / "sglang/srt/managers/schedule_batch.py").read_text()
+    assert '"__req__": weakref.proxy(self)' in batch and "self.output_ids" in batch
+    sampler = (sglang_release.root / "sglang/srt/layers/sampler.py").read_text()
+    assert "result = entry.processor(selected, custom_params)" in sampler
+    flags = sglang_flags(sglang_release.root)
+    assert "--enable-custom-logit-processor" in flags
+    assert "--enable-custom-logit-processor" in sglang.launch({"model": "m"}, "h", 1).argv
+
+    # Exercised: the release's loader builds our class from the request's string, and the
+    # instance forces the recorded ids when called as the sampler calls it.
+    processor = _release_loader(sglang_release.root)(sglang.FORCING_PROCESSOR)()
+    assert json.loads(sglang.FORCING_PROCESSOR).keys() == {"callable"}
+
+    class Req:
+        output_ids: list[int] = []
+
+    req = Req()
+    forced = [3, 0, 7]
+    params = [{sglang_forcing.PARAM: forced, "__req__": req}]
+    for _ in forced:
+        logits = np.random.default_rng(len(req.output_ids)).normal(size=(1, 8))
+        req.output_ids = [*req.output_ids, int(np.argmax(processor(logits, params)[0]))]
+    assert req.output_ids == forced

@@ -1,0 +1,91 @@
+"""`replay doctor FILE` (the preflight, every check printed) and `replay model fetch MODEL`
+(download a model's files into the hub cache before a sweep, so no server spends its ready
+timeout downloading)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import click
+
+from replay.engines import preflight, vocab
+from replay.errors import ConfigError
+
+_MARK = {"ok": "ok  ", "warn": "WARN", "fail": "FAIL", "skip": "skip"}
+
+
+@click.command(name="doctor")
+@click.argument("experiment_file", type=click.Path(dir_okay=False))
+@click.option("--results", "results_root", default=None, help="results root (default: the file's)")
+def command(experiment_file: str, results_root: str | None) -> None:
+    """Check that this machine can run EXPERIMENT_FILE: engine environment, GPUs, memory, model
+    files, trace vocabulary, disk. Exit 2 when a check fails (a sweep would stop there too)."""
+    from replay.sweep.config import load_experiment
+    from replay.sweep.prepare import load_trace
+
+    exp = load_experiment(experiment_file)
+    loaded: list = []
+
+    def trace():
+        if not loaded:
+            loaded.append(load_trace(exp))
+        return loaded[0]
+
+    results_dir = Path(results_root or exp.results_dir) / exp.name
+    checks = preflight.run_checks(exp, trace, results_dir)
+    width = max(len(c.name) for c in checks)
+    for c in checks:
+        click.echo(f"{_MARK[c.status]}  {c.name:<{width}}  {c.detail}")
+    failed = sum(c.status == "fail" for c in checks)
+    warned = sum(c.status == "warn" for c in checks)
+    click.echo(f"{exp.source}: {failed} failed, {warned} warnings, {len(checks)} checks")
+    if failed:
+        sys.exit(2)
+
+
+# The downloader runs in the engine's environment, where huggingface_hub comes with the engine.
+_FETCH = """
+import sys
+try:
+    from huggingface_hub import snapshot_download
+except ImportError:
+    sys.exit("no huggingface_hub in this interpreter; install it (pip install huggingface_hub)")
+print(snapshot_download(sys.argv[1], revision=sys.argv[2] or None))
+"""
+
+
+@click.group(name="model")
+def model_command() -> None:
+    """Model files for launched engines."""
+
+
+@model_command.command(name="fetch")
+@click.argument("model")
+@click.option(
+    "--python",
+    "python",
+    default=sys.executable,
+    show_default="this interpreter",
+    help="interpreter whose huggingface_hub downloads (the engine's: .venv-gpu-ENGINE/bin/python)",
+)
+@click.option("--revision", default="", help="branch, tag or commit (default: main)")
+def fetch(model: str, python: str, revision: str) -> None:
+    """Download MODEL (hub name) into the Hugging Face cache with huggingface_hub's
+    snapshot_download, and print where it is; `replay doctor` then finds it."""
+    if vocab.is_local_model(model):
+        raise ConfigError("model fetch", "MODEL", f"{model} is a local path; nothing to fetch")
+    try:
+        done = subprocess.run([python, "-c", _FETCH, model, revision], check=False)
+    except OSError as e:
+        raise ConfigError(
+            "model fetch",
+            "--python",
+            f"cannot run {python}: {e.strerror}; build the engine "
+            "environment first (make setup-gpu ENGINE=vllm|sglang|lmcache)",
+        ) from None
+    if done.returncode != 0:
+        raise ConfigError(
+            "model fetch", model, f"download failed in {python} (exit {done.returncode})"
+        )

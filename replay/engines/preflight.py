@@ -1,0 +1,333 @@
+"""Preflight: can this machine run an experiment's launched engines? Checked once, before launching.
+
+Without it a missing engine, a missing model or too little memory shows up as one failed launch
+per planned run (each after its ready timeout). `replay doctor FILE` prints every check; a sweep
+runs the same checks before its first launch and stops once, with one message, when one fails.
+
+Checks per distinct engine setup of the experiment's points: the configured interpreter exists;
+the engine (and `replay`, which the forcing processors are loaded from) import there; the
+engine's version is the pinned one (a warning otherwise); GPUs visible >= tp; available host
+memory >= host tier x tp of the largest point; the model's files are here (local path or hub
+cache); the trace's largest token id fits the model's vocabulary; free disk for results.
+Simulator and external engines launch no engine of their own, so only the disk check applies.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from replay.engines import lmcache, sglang, vllm, vocab
+from replay.engines.registry import get_engine
+from replay.errors import ConfigError
+
+__all__ = [
+    "requirements",
+    "visible_gpu_count",
+    "Check",
+    "Machine",
+    "run_checks",
+    "require_ready",
+    "ENGINE_PACKAGES",
+    "MIN_FREE_DISK_BYTES",
+]
+
+# (import name, distribution, pinned release) the environment of each engine kind must hold.
+ENGINE_PACKAGES: dict[str, tuple[tuple[str, str, str], ...]] = {
+    "vllm": (("vllm", "vllm", vllm.PINNED_VERSION),),
+    "lmcache": (
+        ("vllm", "vllm", vllm.PINNED_VERSION),
+        ("lmcache", "lmcache", lmcache.PINNED_VERSION),
+    ),
+    "sglang": (("sglang", "sglang", sglang.PINNED_VERSION),),
+}
+
+
+def requirements(kind: str) -> list[str]:
+    """pip requirement specifiers of the engine environment `make setup-gpu ENGINE=kind` builds."""
+    if kind not in ENGINE_PACKAGES:
+        valid = ", ".join(sorted(ENGINE_PACKAGES))
+        raise ConfigError("setup-gpu", "ENGINE", f"unknown engine {kind!r}; valid: {valid}")
+    return [f"{dist}=={pinned}" for _mod, dist, pinned in ENGINE_PACKAGES[kind]]
+
+
+# A run writes records, metrics every second and a server log: tens of MB; 1 GiB covers a sweep.
+MIN_FREE_DISK_BYTES = 1 << 30
+PROBE_TIMEOUT_S = 120.0  # importing vLLM (torch, CUDA) can take most of a minute on a cold disk
+_WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".gguf")
+
+# Run in the engine's interpreter: import each module, report its distribution's version.
+_PROBE = """
+import importlib, importlib.metadata as md, json, sys
+out = {}
+for mod, dist in json.loads(sys.argv[1]):
+    try:
+        importlib.import_module(mod)
+        try:
+            out[mod] = {"version": md.version(dist)}
+        except md.PackageNotFoundError:
+            out[mod] = {"version": None}
+    except Exception as e:
+        out[mod] = {"error": f"{type(e).__name__}: {e}"[:300]}
+print(json.dumps(out))
+"""
+
+
+@dataclass(frozen=True)
+class Check:
+    """One check's verdict. status: ok | warn | fail | skip."""
+
+    name: str
+    status: str
+    detail: str
+
+
+def visible_gpu_count(env: Mapping[str, str]) -> int:
+    """GPUs a server started with `env` would see: nvidia-smi's list, narrowed by
+    CUDA_VISIBLE_DEVICES; 0 without an NVIDIA driver."""
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return 0
+    try:
+        out = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return 0
+    found = sum(1 for line in out.splitlines() if line.startswith("GPU "))
+    visible = env.get("CUDA_VISIBLE_DEVICES")
+    if visible is None:
+        return found
+    return min(found, len([d for d in visible.split(",") if d.strip() not in ("", "-1")]))
+
+
+def _available_memory_bytes() -> int | None:
+    """MemAvailable of /proc/meminfo: memory a new process can take without swapping (the host
+    tier is pinned, so it cannot be swapped either); None where the file is absent."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def _free_disk_bytes(path: Path) -> int:
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return shutil.disk_usage(path).free
+
+
+@dataclass(frozen=True)
+class Machine:
+    """What this machine offers, measured by default; tests pass their own measurements."""
+
+    gpu_count: Callable[[Mapping[str, str]], int] = visible_gpu_count
+    available_memory_bytes: Callable[[], int | None] = _available_memory_bytes
+    free_disk_bytes: Callable[[Path], int] = _free_disk_bytes
+    min_free_disk_bytes: int = MIN_FREE_DISK_BYTES
+    env: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
+
+
+def _install_hint(kind: str, python: str, source: str) -> str:
+    venv = f".venv-gpu-{kind}/bin/python"
+    hint = f"build it with `make setup-gpu ENGINE={kind}`"
+    if python != venv:
+        hint += f', then set [engine] python = "{venv}" in {source}'
+    return hint
+
+
+def _interpreter(python: str) -> str | None:
+    if "/" in python:
+        return python if os.access(python, os.X_OK) else None
+    return shutil.which(python)
+
+
+def _probe(python: str, modules: Iterable[tuple[str, str]], env: Mapping[str, str]) -> dict:
+    """{module: {"version": v} | {"error": why}} from the engine's own interpreter."""
+    modules = list(modules)
+    argv = [python, "-c", _PROBE, json.dumps(modules)]
+    try:
+        done = subprocess.run(
+            argv, capture_output=True, text=True, timeout=PROBE_TIMEOUT_S, env=dict(env)
+        )
+    except subprocess.TimeoutExpired:
+        why = f"no answer within {PROBE_TIMEOUT_S:.0f} s"
+    except OSError as e:
+        why = f"cannot run it: {e.strerror}"
+    else:
+        try:
+            return json.loads(done.stdout.strip().splitlines()[-1])
+        except (ValueError, IndexError):
+            why = f"the probe printed no answer (exit {done.returncode}): {done.stderr[-200:]}"
+    return {mod: {"error": why} for mod, _ in modules}
+
+
+def engine_checks(kind: str, options: Mapping[str, Any], source: str, env: Mapping[str, str]):
+    """Interpreter, engine import, `replay` import, pinned versions."""
+    python = str(options.get("python", "python"))
+    found = _interpreter(python)
+    if found is None:
+        hint = _install_hint(kind, python, source)
+        yield Check("interpreter", "fail", f"{python} not found; {hint}")
+        return
+    yield Check("interpreter", "ok", python)
+    packages = ENGINE_PACKAGES[kind]
+    probe_env = {**env, **{str(k): str(v) for k, v in (options.get("env") or {}).items()}}
+    answer = _probe(found, [(m, d) for m, d, _ in packages] + [("replay", "replay")], probe_env)
+    for mod, _dist, pinned in packages:
+        got = answer.get(mod, {})
+        if "error" in got:
+            hint = _install_hint(kind, python, source)
+            yield Check(
+                f"{mod} import", "fail", f"{python} cannot import {mod} ({got['error']}); {hint}"
+            )
+            continue
+        yield Check(f"{mod} import", "ok", f"{mod} {got.get('version')} in {python}")
+        if got.get("version") != pinned:
+            yield Check(
+                f"{mod} version",
+                "warn",
+                f"{python} has {mod} {got.get('version')}; replay's adapter is checked against "
+                f"{pinned} (make test-contracts with REPLAY_CONTRACT_{mod.upper()}="
+                f"{got.get('version')} checks this one)",
+            )
+        else:
+            yield Check(f"{mod} version", "ok", f"{pinned}, as pinned")
+    got = answer.get("replay", {})
+    if "error" in got:
+        yield Check(
+            "replay import",
+            "fail",
+            f"{python} cannot import replay ({got['error']}), which the engine loads its forcing "
+            f"processor from; install it there: {python} -m pip install --no-deps -e .",
+        )
+    else:
+        yield Check("replay import", "ok", f"replay in {python}")
+
+
+def model_checks(options: Mapping[str, Any], env: Mapping[str, str], trace_fn) -> Iterable[Check]:
+    """Model files present (config.json, and weights unless load_format = dummy); the trace's
+    largest token id below the model's vocab_size."""
+    model = str(options.get("model", ""))
+    where = vocab.model_dir(model, env)
+    if where is None:
+        place = (
+            model if vocab.is_local_model(model) else f"the hub cache {vocab.hub_cache_dir(env)}"
+        )
+        yield Check(
+            "model files",
+            "fail",
+            f"no config.json of {model} in {place}; fetch it first: replay model fetch {model} "
+            f"--python {options.get('python', 'python')}",
+        )
+        yield Check("vocabulary", "skip", "unknown: the model's config.json is not here")
+        return
+    dummy = options.get("load_format") == "dummy"
+    weights = any(p.name.endswith(_WEIGHT_SUFFIXES) for p in where.iterdir())
+    if not weights and not dummy:
+        yield Check(
+            "model files",
+            "fail",
+            f"{where} has config.json but no weights; fetch them: replay model fetch {model}",
+        )
+    else:
+        yield Check("model files", "ok", f"{where}" + (" (load_format dummy)" if dummy else ""))
+    size = vocab.vocab_size(model, env)
+    if size is None:
+        yield Check("vocabulary", "skip", f"{where}/config.json gives no vocab_size")
+        return
+    trace = trace_fn()
+    problem = vocab.vocab_problem(trace, size, model)
+    top = vocab.trace_max_token_id(trace)
+    if problem:
+        yield Check("vocabulary", "fail", problem)
+    else:
+        yield Check("vocabulary", "ok", f"max token id {top} < vocab_size {size}")
+
+
+def _setups(exp) -> dict[tuple, tuple[str, dict[str, Any], float]]:
+    """Distinct (engine, python, model, tp, env) setups of the points, with the largest host
+    tier (GiB per rank) any of their points asks for."""
+    out: dict[tuple, tuple[str, dict[str, Any], float]] = {}
+    for point in exp.points():
+        kind, options, _run = exp.resolve(point)
+        key = (
+            kind,
+            options.get("python"),
+            options.get("model"),
+            options.get("tp"),
+            json.dumps(options.get("env") or {}, sort_keys=True),
+        )
+        tier = float(options.get("host_tier_gib") or 0)
+        if key not in out or tier > out[key][2]:
+            out[key] = (kind, options, tier)
+    return out
+
+
+def run_checks(exp, trace_fn: Callable[[], Any], results_dir: Path, machine: Machine | None = None):
+    """Every check for experiment `exp` (replay.sweep.config.Experiment), in order. `trace_fn`
+    returns the trace (loaded only if a vocabulary check needs it)."""
+    machine = machine or Machine()
+    checks: list[Check] = []
+    for kind, options, tier_gib in _setups(exp).values():
+        if get_engine(kind).in_process or kind in ("sim-server", "external"):
+            checks.append(Check(f"{kind} engine", "skip", "no engine environment to check"))
+            continue
+        if kind not in ENGINE_PACKAGES:
+            checks.append(Check(f"{kind} engine", "skip", "this engine has no preflight yet"))
+            continue
+        here: list[Check] = list(engine_checks(kind, options, exp.source, machine.env))
+        tp = int(options.get("tp") or 1)
+        server_env = {
+            **machine.env,
+            **{str(k): str(v) for k, v in (options.get("env") or {}).items()},
+        }
+        gpus = machine.gpu_count(server_env)
+        status = "ok" if gpus >= tp else "fail"
+        here.append(Check("gpus", status, f"{gpus} visible, tp = {tp} needs {tp}"))
+        need = int(tier_gib * tp * (1 << 30))
+        have = machine.available_memory_bytes()
+        if need == 0:
+            here.append(Check("host memory", "ok", "no host tier"))
+        elif have is None:
+            here.append(Check("host memory", "skip", "cannot read /proc/meminfo"))
+        else:
+            status = "ok" if have >= need else "fail"
+            detail = (
+                f"{have / (1 << 30):.1f} GiB available, the largest point needs "
+                f"{tier_gib:g} GiB x tp {tp} = {need / (1 << 30):g} GiB"
+            )
+            here.append(Check("host memory", status, detail))
+        here += model_checks(options, machine.env, trace_fn)
+        checks += [Check(f"{kind} {c.name}", c.status, c.detail) for c in here]
+    free = machine.free_disk_bytes(results_dir)
+    status = "ok" if free >= machine.min_free_disk_bytes else "fail"
+    checks.append(
+        Check(
+            "results disk",
+            status,
+            f"{free / (1 << 30):.1f} GiB free under {results_dir} "
+            f"(at least {machine.min_free_disk_bytes / (1 << 30):g} GiB wanted)",
+        )
+    )
+    return checks
+
+
+def require_ready(
+    exp, trace: Any, results_dir: Path, machine: Machine | None = None
+) -> list[Check]:
+    """The sweep's preflight: the checks, or one ConfigError (exit 2) naming every failed one."""
+    checks = run_checks(exp, lambda: trace, Path(results_dir), machine)
+    failed = [c for c in checks if c.status == "fail"]
+    if failed:
+        why = "; ".join(f"{c.name}: {c.detail}" for c in failed)
+        raise ConfigError(
+            exp.source, "preflight", f"{why} (`replay doctor {exp.source}` lists every check)"
+        )
+    return checks
