@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -10,6 +11,7 @@ import click
 import orjson
 
 from replay.driver.options import ON_ERROR, TIMINGS, RunOptions
+from replay.engines.base import EngineAdapter
 from replay.errors import ConfigError
 from replay.sim.options import sim_options
 
@@ -41,9 +43,16 @@ if TYPE_CHECKING:
 @click.option("--url", default=None, help="OpenAI-compatible server, e.g. http://127.0.0.1:8000")
 @click.option(
     "--engine-kind",
-    default="external",
+    default=None,
+    help="engine adapter for request extras and /metrics (vllm, sglang, sim-server, external, "
+    "...) [default: guessed from the metric-name prefixes the server exposes]",
+)
+@click.option(
+    "--scrape-interval-s",
+    type=float,
+    default=1.0,
     show_default=True,
-    help="engine adapter for request extras (vllm, sglang, ...)",
+    help="seconds between /metrics scrapes into metrics.jsonl (--url runs)",
 )
 @click.option(
     "--engine",
@@ -122,7 +131,8 @@ def command(
     out_dir: str,
     force: bool,
     url: str | None,
-    engine_kind: str,
+    engine_kind: str | None,
+    scrape_interval_s: float,
     engine: str | None,
     served_model: str | None,
     transport_name: str,
@@ -164,7 +174,15 @@ def command(
             HttpOptions(url)
         except ValueError as e:
             raise ConfigError("run", "--url", str(e)) from None
-    adapter = get_engine("sim" if engine else engine_kind)
+    kind_note = "given"
+    if url is not None and engine_kind is None:
+        from replay.cli.run_server import guess_engine_kind
+        from replay.driver.http_common import HttpOptions
+
+        engine_kind, kind_note = guess_engine_kind(HttpOptions(url).root)
+    if scrape_interval_s <= 0:
+        raise ConfigError("run", "--scrape-interval-s", "must be > 0 seconds")
+    adapter = get_engine("sim" if engine else (engine_kind or "external"))
     use_forcing = adapter.forcing if forcing is None else forcing
     options = RunOptions(
         pool=pool,
@@ -188,19 +206,34 @@ def command(
         summary = _run_sim(trace, options, out_dir, simopts)
     else:
         assert url is not None
-        summary = _run_http(trace, options, out_dir, url, engine_kind, served_model, transport_name)
+        server = _Server(url, adapter, kind_note, scrape_interval_s)
+        summary = _run_http(trace, options, out_dir, server, served_model, transport_name)
     _print(summary, json_out)
     code = exit_code(summary["status"])
     if code:
         sys.exit(code)  # click's Exit is swallowed by main() in non-standalone mode
 
 
-def _run_http(trace, options, out_dir, url, engine_kind, served_model, transport_name):
+@dataclass(frozen=True)
+class _Server:
+    """The server of a --url run: where, whose adapter (and how it was chosen), scrape pace."""
+
+    url: str
+    adapter: EngineAdapter
+    kind_note: str
+    scrape_interval_s: float
+
+
+def _run_http(trace, options, out_dir, server: _Server, served_model, transport_name):
+    from replay.cli.run_server import RunScrape
     from replay.driver.control import served_model as fetch_served_model
     from replay.driver.http import http_transport_factory
     from replay.driver.http_common import HttpOptions
     from replay.driver.run import run_replay
+    from replay.engines.provenance import server_version
 
+    url = server.url
+    root = HttpOptions(url).root
     model = served_model or fetch_served_model(url)
     warnings = []
     if model is None:
@@ -210,8 +243,32 @@ def _run_http(trace, options, out_dir, url, engine_kind, served_model, transport
             raise ConfigError("run", "--served-model", f"{why}; give --served-model NAME")
         warnings.append(f"{why}: requests carry no `model` field (give --served-model NAME)")
     factory = http_transport_factory(url, trace, options, transport=transport_name, model=model)
-    prov = {"url": url, "engine": engine_kind, "served_model": model, "transport": transport_name}
-    return run_replay(trace, factory, options, out_dir, provenance=prov, warnings=warnings)
+    prov = {
+        "url": url,
+        "engine": server.adapter.name,
+        "engine_kind": server.kind_note,
+        "engine_version": server_version(root),
+        "served_model": model,
+        "transport": transport_name,
+    }
+    # the sweep's own scrape: start, every scrape_interval_s into metrics.jsonl, end - start
+    scrape = RunScrape(root, server.adapter, Path(out_dir), server.scrape_interval_s)
+    counters_fn = scrape.start()
+    if scrape.error:
+        warnings.append(scrape.error)
+    prov["metrics"] = scrape.info
+    try:
+        return run_replay(
+            trace,
+            factory,
+            options,
+            out_dir,
+            provenance=prov,
+            warnings=warnings,
+            counters_fn=counters_fn,
+        )
+    finally:
+        scrape.stop()
 
 
 def _run_sim(trace: Trace, options: RunOptions, out_dir: str, simopts: dict[str, Any]) -> dict:

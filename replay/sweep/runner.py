@@ -26,11 +26,11 @@ from pathlib import Path
 from typing import Any
 
 from replay.engines import provenance
-from replay.engines.base import CANONICAL_COUNTERS, EngineAdapter
+from replay.engines.base import EngineAdapter
 from replay.engines.registry import get_engine
 from replay.errors import ConfigError, EngineError, ReplayError
-from replay.metrics.counters import counter_deltas
 from replay.metrics.scrape import MetricsRecorder, fetch_samples
+from replay.metrics.scrape import delta_counters_fn as _end_counters
 from replay.sweep import control
 from replay.sweep.config import Experiment
 from replay.sweep.lifecycle import ServerProcess, free_port, log_tail, stop_leftover_servers
@@ -235,6 +235,7 @@ class SweepRunner:
                 url = server.base_url
                 info["url"] = url
             prov["trace_spec"] = self.exp.trace.describe()
+            prov["engine_version"] = prov.get("engine_version") or provenance.server_version(url)
             metrics_url = url + mapper.metrics_path
             try:
                 first = fetch_samples(metrics_url)
@@ -428,22 +429,6 @@ def _per_run_env(env: Mapping[str, str], run_dir: Path) -> dict[str, str]:
         prom.mkdir(parents=True, exist_ok=True)
         out["PROMETHEUS_MULTIPROC_DIR"] = str(prom.resolve())
     return out
-
-
-def _end_counters(recorder: MetricsRecorder, mapper: EngineAdapter, start: dict, info: dict):
-    """counters_fn for the driver: the end scrape minus the start scrape, canonical names.
-    Never raises: a server that is gone gives None counters and a note in run.json."""
-
-    def fn() -> dict[str, Any]:
-        try:
-            end = mapper.map_counters(recorder.scrape_now())
-        except EngineError as e:
-            info["end_scrape_error"] = str(e)
-            end = dict.fromkeys(start)
-        names = [*CANONICAL_COUNTERS, *(k for k in start if k not in CANONICAL_COUNTERS)]
-        return counter_deltas(start, end, names)
-
-    return fn
 
 
 def run_sweep(
