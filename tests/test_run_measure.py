@@ -59,3 +59,31 @@ def test_run_without_metrics_goes_on_and_says_so(trace_file, tmp_path):  # noqa:
     assert not (out / "counters.json").exists()
     prov = orjson.loads((out / "run.json").read_bytes())["provenance"]
     assert prov["engine"] == "external" and prov["engine_kind"].startswith("not guessed")
+
+
+def test_run_keeps_stream_times_and_prints_the_latency_table(trace_file, tmp_path, sim_server):  # noqa: F811
+    out = tmp_path / "o"
+    cp = _replay(
+        "run", "--trace", str(trace_file), "--pool", "2", "--out", str(out),
+        "--url", sim_server, "--gap-scale", "0.001", "--slo", "ttft=2s,itl=50ms",
+    )  # fmt: skip
+    assert cp.returncode == 0, cp.stderr
+    assert "latency ms" in cp.stdout and "goodput" in cp.stdout
+    rows = pd.read_parquet(out / "calls.parquet")
+    multi = rows[rows["completion_tokens"] >= 2]
+    assert len(multi) > 0
+    # the simulator's server streams the first token, then the rest: two stream times
+    assert (multi["t_first_token"] < multi["t_second_token"]).all()
+    assert (multi["t_second_token"] <= multi["t_last_token"]).all()
+    assert (multi["t_last_token"] <= multi["t_end"]).all()
+    assert (multi["stream_tokens"] >= 2).all()
+    s = orjson.loads((out / "run.json").read_bytes())["summary"]
+    table = s["latency_percentiles"]
+    assert list(table["itl_s"]) == ["p1", "p5", "p10", "p25", "p50", "p75", "p90", "p95", "p99"]
+    itl = (multi["t_last_token"] - multi["t_first_token"]) / (multi["completion_tokens"] - 1)
+    assert abs(table["itl_s"]["p50"] - itl.median()) < 1e-9
+    streamed2 = rows[rows["t_second_token"].notna()]
+    tt2t = streamed2["t_second_token"] - streamed2["t_send"]
+    assert abs(s["tt2t_p50_s"] - tt2t.median()) < 1e-9
+    assert s["slo_s"] == {"ttft_s": 2.0, "itl_s": 0.05}
+    assert 0 <= s["goodput_calls"] <= s["calls"]

@@ -123,6 +123,11 @@ if TYPE_CHECKING:
     default=None,
     help="keep only the first N tokens of each prompt (models shorter than the trace)",
 )
+@click.option(
+    "--slo",
+    default=None,
+    help="service-level objectives for goodput, e.g. ttft=2s,itl=50ms (ttft, tt2t, itl, latency)",
+)
 @click.option("--json", "json_out", is_flag=True, help="print the summary as one JSON object")
 @sim_options
 def command(
@@ -146,6 +151,7 @@ def command(
     server_gone_grace_s: float,
     forcing: bool | None,
     truncate_prompt_tokens: int | None,
+    slo: str | None,
     json_out: bool,
     **simopts: Any,
 ) -> None:
@@ -155,6 +161,7 @@ def command(
     replay run --trace T --pool A --out DIR --url URL [--engine-kind vllm]
     replay run --trace T --pool A --out DIR --engine sim [SIMOPTS]
     """
+    from replay.driver.latency import parse_slo
     from replay.driver.progress import progress_wanted
     from replay.driver.run import exit_code
     from replay.engines.registry import get_engine
@@ -180,6 +187,7 @@ def command(
         from replay.driver.http_common import HttpOptions
 
         engine_kind, kind_note = guess_engine_kind(HttpOptions(url).root)
+    slo_s = parse_slo(slo) if slo is not None else None
     if scrape_interval_s <= 0:
         raise ConfigError("run", "--scrape-interval-s", "must be > 0 seconds")
     adapter = get_engine("sim" if engine else (engine_kind or "external"))
@@ -203,11 +211,11 @@ def command(
     # An earlier run's files left beside this one's would be reported as this run's.
     prepare_out_dir(Path(out_dir), force=force)
     if engine == "sim":
-        summary = _run_sim(trace, options, out_dir, simopts)
+        summary = _run_sim(trace, options, out_dir, simopts, slo_s)
     else:
         assert url is not None
         server = _Server(url, adapter, kind_note, scrape_interval_s)
-        summary = _run_http(trace, options, out_dir, server, served_model, transport_name)
+        summary = _run_http(trace, options, out_dir, server, served_model, transport_name, slo_s)
     _print(summary, json_out)
     code = exit_code(summary["status"])
     if code:
@@ -224,7 +232,7 @@ class _Server:
     scrape_interval_s: float
 
 
-def _run_http(trace, options, out_dir, server: _Server, served_model, transport_name):
+def _run_http(trace, options, out_dir, server: _Server, served_model, transport_name, slo_s):
     from replay.cli.run_server import RunScrape
     from replay.driver.control import served_model as fetch_served_model
     from replay.driver.http import http_transport_factory
@@ -254,8 +262,8 @@ def _run_http(trace, options, out_dir, server: _Server, served_model, transport_
     # the sweep's own scrape: start, every scrape_interval_s into metrics.jsonl, end - start
     scrape = RunScrape(root, server.adapter, Path(out_dir), server.scrape_interval_s)
     counters_fn = scrape.start()
-    if scrape.error:
-        warnings.append(scrape.error)
+    if scrape.error:  # a server without /metrics: the replay's own numbers stand
+        click.echo(f"replay: note: {scrape.error}", err=True)
     prov["metrics"] = scrape.info
     try:
         return run_replay(
@@ -266,12 +274,15 @@ def _run_http(trace, options, out_dir, server: _Server, served_model, transport_
             provenance=prov,
             warnings=warnings,
             counters_fn=counters_fn,
+            slo_s=slo_s,
         )
     finally:
         scrape.stop()
 
 
-def _run_sim(trace: Trace, options: RunOptions, out_dir: str, simopts: dict[str, Any]) -> dict:
+def _run_sim(
+    trace: Trace, options: RunOptions, out_dir: str, simopts: dict[str, Any], slo_s
+) -> dict:
     from replay.driver.run import run_replay
     from replay.sim.options import SimConfig
     from replay.sim.transport import SimTransport
@@ -292,6 +303,7 @@ def _run_sim(trace: Trace, options: RunOptions, out_dir: str, simopts: dict[str,
         virtual=True,
         provenance=prov,
         counters_fn=lambda: made[-1].counters(),
+        slo_s=slo_s,
     )
 
 
@@ -327,3 +339,32 @@ def _print(summary: dict, json_out: bool) -> None:
     )
     if s.get("error_kinds"):
         click.echo("errors by    " + "  ".join(f"{k} {v}" for k, v in s["error_kinds"].items()))
+    for line in latency_lines(s):
+        click.echo(line)
+
+
+def latency_lines(s: dict) -> list[str]:
+    """The latency table (ms, p1..p99 per metric) and goodput, as `replay run` prints them."""
+    from replay.driver.latency import LATENCY_METRICS, PERCENTILES
+
+    table = s.get("latency_percentiles") or {}
+    head = "latency ms   " + "".join(f"{'p' + str(q):>9}" for q in PERCENTILES)
+    lines = [head]
+    for metric in LATENCY_METRICS:
+        row = table.get(metric) or {}
+        cells = "".join(
+            f"{'-' if row.get(f'p{q}') is None else format(row[f'p{q}'] * 1e3, '.1f'):>9}"
+            for q in PERCENTILES
+        )
+        lines.append(f"  {metric.removesuffix('_s'):<11}{cells}")
+    if s.get("slo_s"):
+        slo = ", ".join(f"{k.removesuffix('_s')} <= {v * 1e3:g} ms" for k, v in s["slo_s"].items())
+        frac = s["goodput_fraction"]
+        per_s = s["goodput_per_s"]
+        lines.append(
+            f"goodput      {s['goodput_calls']} of {s['calls']} calls"
+            + ("" if frac is None else f" ({frac:.1%})")
+            + ("" if per_s is None else f", {per_s:.2f}/s")
+            + f" met {slo}"
+        )
+    return lines

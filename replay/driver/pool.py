@@ -22,6 +22,7 @@ import numpy as np
 
 from replay.clock import VirtualTimeLoop
 from replay.driver.options import RunOptions
+from replay.driver.records import stream_columns
 from replay.driver.transport import (
     CompletionRequest,
     CompletionResult,
@@ -564,6 +565,7 @@ class _Pool:
         if res is not None:
             if res.t_first_token is not None:
                 row["t_first_token"] = res.t_first_token - t0
+            row.update(stream_columns(res, t0))
             row["prompt_tokens_reported"] = res.prompt_tokens
             row["completion_tokens"] = res.completion_tokens
             row["cached_tokens"] = res.cached_tokens

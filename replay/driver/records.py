@@ -17,6 +17,7 @@ import orjson
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from replay.driver.latency import latency_summary
 from replay.engines.base import CANONICAL_COUNTERS
 
 __all__ = [
@@ -30,6 +31,7 @@ __all__ = [
     "write_json_atomic",
     "chmod_by_umask",
     "length_warnings",
+    "stream_columns",
 ]
 
 CALL_SCHEMA = pa.schema(
@@ -53,9 +55,22 @@ CALL_SCHEMA = pa.schema(
         ("status", pa.string()),
         ("error_kind", pa.string()),
         ("error", pa.string()),
+        # token-level stream times (added later: older calls.parquet files lack them)
+        ("t_second_token", pa.float64()),
+        ("t_last_token", pa.float64()),
+        ("stream_tokens", pa.int64()),
     ]
 )
 CALL_COLUMNS = tuple(CALL_SCHEMA.names)
+
+
+def stream_columns(res: Any, t0: float) -> dict[str, Any]:
+    """A call's token-level stream columns from its `CompletionResult` (times since `t0`)."""
+    return {
+        "t_second_token": None if res.t_second_token is None else res.t_second_token - t0,
+        "t_last_token": None if res.t_last_token is None else res.t_last_token - t0,
+        "stream_tokens": res.stream_tokens,
+    }
 
 
 class JsonlSink:
@@ -156,12 +171,14 @@ def summarize(
     *,
     counters: Mapping[str, Any] | None = None,
     loop_lag_s: Iterable[float] = (),
+    slo_s: Mapping[str, float] | None = None,
 ) -> dict[str, Any]:
     """The run summary of docs/results.md.
 
     makespan_s = max(t_end) - min(t_send) over calls; TTFT = t_first_token - t_send (ok calls);
     task JCT = last t_end - first t_send of the task; drift = t_send - t_ready (all calls).
     Server-side `counters` (canonical names) override the per-call sums where they are known.
+    Token-level latencies, their p1..p99 table and goodput under `slo_s`: replay.driver.latency.
     """
     ok = [r for r in rows if r["status"] == "ok"]
     errors = len(rows) - len(ok)
@@ -240,8 +257,10 @@ def summarize(
             "drift_max_s": max(drift) if drift else None,
             "loop_lag_p99_s": percentile(loop_lag_s, 99),
             "error_kinds": kinds,
+            "output_tokens_per_s": output_tokens / makespan if makespan > 0 else None,
         }
     )
+    out.update(latency_summary(ok, len(rows), makespan, slo_s))
     return out
 
 

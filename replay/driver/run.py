@@ -94,6 +94,7 @@ def run_replay(
     provenance: Mapping[str, Any] | None = None,
     counters_fn: Callable[[], Mapping[str, Any]] | None = None,
     warnings: Sequence[str] = (),
+    slo_s: Mapping[str, float] | None = None,
 ) -> dict[str, Any]:
     """Replay `trace` and write `out_dir`; return the summary plus `status` and `reason`.
 
@@ -104,6 +105,7 @@ def run_replay(
     server-side canonical counters merged into the summary and written to counters.json.
     `warnings`: what the caller found before the run (e.g. no served model), reported with the
     run's own (send drift, lengths the server did not confirm) in the summary and on stderr.
+    `slo_s`: service-level objectives ({"ttft_s": 2.0, ...}) for the summary's goodput.
     """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -119,6 +121,7 @@ def run_replay(
             counters_fn,
             guard,
             warnings,
+            slo_s,
         )
     guard.redeliver()
     return summary
@@ -134,6 +137,7 @@ def _run(
     counters_fn: Callable[[], Mapping[str, Any]] | None,
     guard: _SignalGuard,
     early_warnings: Sequence[str],
+    slo_s: Mapping[str, float] | None = None,
 ) -> dict[str, Any]:
     jsonl = out / "calls.jsonl"
     jsonl.unlink(missing_ok=True)
@@ -176,7 +180,7 @@ def _run(
         if result is None:
             doc["reason"] = f"crashed: {sys.exc_info()[1]!r}"
             write_json_atomic(out / "run.json", doc)
-    summary = summarize(rows, counters=counters, loop_lag_s=result.loop_lag_s)
+    summary = summarize(rows, counters=counters, loop_lag_s=result.loop_lag_s, slo_s=slo_s)
     summary["calls_total"] = result.total_calls
     summary["calls_skipped"] = result.skipped_calls
     summary["connection_retries"] = result.connection_retries
