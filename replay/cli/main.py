@@ -19,9 +19,17 @@ def cli() -> None:
 
 def _register() -> None:
     # Explicit registry (no import magic): each module exposes one click command or group.
-    from replay.cli import predict_cmd, report_cmd, run_cmd, sim_cmd, sweep_cmd, trace_cmd
+    from replay.cli import (
+        compare_cmd,
+        predict_cmd,
+        report_cmd,
+        run_cmd,
+        sim_cmd,
+        sweep_cmd,
+        trace_cmd,
+    )
 
-    for mod in (trace_cmd, run_cmd, sim_cmd, predict_cmd, sweep_cmd, report_cmd):
+    for mod in (trace_cmd, run_cmd, sim_cmd, predict_cmd, sweep_cmd, report_cmd, compare_cmd):
         cli.add_command(mod.command)
 
 

@@ -128,6 +128,13 @@ if TYPE_CHECKING:
     default=None,
     help="service-level objectives for goodput, e.g. ttft=2s,itl=50ms (ttft, tt2t, itl, latency)",
 )
+@click.option(
+    "--repeats",
+    type=int,
+    default=None,
+    help="run the point N times as a one-point sweep into --out (<out>/default/r<i>/, "
+    "summary.parquet, 95%% intervals, report.md); resumes like a sweep",
+)
 @click.option("--json", "json_out", is_flag=True, help="print the summary as one JSON object")
 @sim_options
 def command(
@@ -152,6 +159,7 @@ def command(
     forcing: bool | None,
     truncate_prompt_tokens: int | None,
     slo: str | None,
+    repeats: int | None,
     json_out: bool,
     **simopts: Any,
 ) -> None:
@@ -207,6 +215,20 @@ def command(
         truncate_prompt_tokens=truncate_prompt_tokens,
         request_extras=adapter.request_extras,
     )
+    if repeats is not None:
+        run_keys = dict(
+            pool=pool, gap_scale=gap_scale, timing=timing, on_error=on_error, strict=strict,
+            max_inflight=max_inflight, max_rps=max_rps, request_timeout_s=request_timeout_s,
+            server_gone_grace_s=server_gone_grace_s, forcing=forcing,
+            truncate_prompt_tokens=truncate_prompt_tokens,
+        )  # fmt: skip
+        if url is not None:
+            run_keys["transport"] = transport_name
+        _run_repeated(
+            repeats, trace_path, out_dir, force, url, adapter, served_model, run_keys,
+            simopts, slo_s, scrape_interval_s,
+        )  # fmt: skip
+        return
     trace = read_trace(trace_path)
     # An earlier run's files left beside this one's would be reported as this run's.
     prepare_out_dir(Path(out_dir), force=force)
@@ -220,6 +242,50 @@ def command(
     code = exit_code(summary["status"])
     if code:
         sys.exit(code)  # click's Exit is swallowed by main() in non-standalone mode
+
+
+def _run_repeated(
+    repeats, trace_path, out_dir, force, url, adapter, served_model, run_keys, simopts, slo_s,
+    scrape_interval_s,
+) -> None:  # fmt: skip
+    """--repeats N: the point as a one-point sweep (replay/cli/run_repeats.py)."""
+    from replay.cli.run_repeats import experiment_toml, interval_lines, run_repeats
+
+    if repeats < 1:
+        raise ConfigError("run", "--repeats", f"must be >= 1, got {repeats}")
+    if slo_s:
+        raise ConfigError("run", "--slo", "not available with --repeats yet: run once per SLO")
+    kind_table = None
+    if url is None:
+        engine = {"kind": "sim", **{k: v for k, v in simopts.items() if v is not None}}
+    else:
+        engine = {"kind": "external", "url": url, "model": served_model}
+        if adapter.name != "external":
+            kind_table = {"kind": adapter.name}
+        if adapter.reset_path is None:
+            click.echo(
+                f"replay: note: engine kind {adapter.name} has no cache reset: server state "
+                "carries over from one repeat to the next",
+                err=True,
+            )
+    text = experiment_toml(
+        Path(out_dir).resolve().name,
+        repeats,
+        trace_path,
+        run_keys,
+        engine,
+        kind_table,
+        scrape_interval_s if url is not None else None,
+    )
+    result, report = run_repeats(out_dir, text, force=force, echo=click.echo)
+    for line in interval_lines(result.exp_dir):
+        click.echo(line)
+    click.echo(f"written: {report.report}")
+    if result.interrupted:
+        sys.exit(130)
+    ran = [o for o in result.outcomes if o.status != "skipped"]
+    if result.failed:
+        sys.exit(1 if len(result.failed) == len(ran) else 0)
 
 
 @dataclass(frozen=True)
