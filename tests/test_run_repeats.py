@@ -27,6 +27,8 @@ def test_repeats_run_through_the_sweep_and_give_intervals(trace_file, tmp_path):
     table = pd.read_parquet(out / "summary.parquet")
     assert list(table["repeat"]) == [0, 1, 2] and set(table["status"]) == {"ok"}
     assert (out / "report.md").is_file() and (out / "experiment.toml").is_file()
+    prov = orjson.loads((out / "default" / "r1" / "run.json").read_bytes())["provenance"]
+    assert prov["engine_version"].startswith("replay-sim ") and len(prov["trace_sha256"]) == 64
     # jitter with its own seed per repeat: the repeats differ, so the interval is a real one
     line = next(x for x in cp.stdout.splitlines() if x.startswith("makespan_s"))
     mean, low, high, n = (float(v) for v in line.replace("[", " ").replace("]", " ").replace(",", " ").split()[1:])  # fmt: skip

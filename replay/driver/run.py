@@ -18,6 +18,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -25,6 +26,7 @@ from typing import Any
 
 from replay.clock import VirtualTimeLoop
 from replay.driver.alloc import keep_freed_memory
+from replay.driver.diagnose import diagnose_drift
 from replay.driver.options import RunOptions
 from replay.driver.pool import RunControl, RunResult, replay
 from replay.driver.records import (
@@ -153,6 +155,8 @@ def _run(
     sink = JsonlSink(jsonl)
     result: RunResult | None = None
     counters: Mapping[str, Any] | None = None
+    cpu_fraction: float | None = None
+    wall_s = 0.0
     try:
         if virtual:
             loop: asyncio.AbstractEventLoop = VirtualTimeLoop()
@@ -163,10 +167,13 @@ def _run(
         # cyclic GC, whose full passes over a large trace otherwise stall the loop for 50-150 ms
         # (send drift) at unpredictable moments; and collect rarely (see quiet_gc).
         try:
+            cpu0, wall0 = time.process_time(), time.perf_counter()
             with quiet_gc():
                 result = loop.run_until_complete(
                     _main(trace, transport_factory, options, sink, guard)
                 )
+            wall_s = time.perf_counter() - wall0
+            cpu_fraction = (time.process_time() - cpu0) / wall_s if wall_s > 0 else None
             if counters_fn is not None:
                 counters = dict(counters_fn())
         finally:
@@ -184,15 +191,29 @@ def _run(
     summary["calls_total"] = result.total_calls
     summary["calls_skipped"] = result.skipped_calls
     summary["connection_retries"] = result.connection_retries
+    # share of one core the replay process used over the run (virtual time: not meaningful)
+    summary["client_cpu_fraction"] = None if virtual else cpu_fraction
     warnings = list(early_warnings)
     drift = summary["drift_p99_s"]
     healthy_end = result.status in ("ok", "errors")
     if not virtual and healthy_end and drift is not None and drift > options.drift_warn_s:
-        warnings.append(
-            f"p99 send drift {drift * 1e3:.1f} ms exceeds {options.drift_warn_s * 1e3:.0f} ms: "
-            "the client, not the server, shaped these timings (fewer agents, --transport "
-            "raw, or a less busy machine)"
+        longest = max((r["prompt_tokens"] for r in rows), default=0)
+        encode_s = _encode_cost_s(longest, trace.header.vocab_size)
+        sent_tokens = sum(r["prompt_tokens"] for r in rows)
+        share = None
+        if encode_s is not None and wall_s > 0:
+            share = encode_s / longest * sent_tokens / wall_s
+        diagnosis = diagnose_drift(
+            drift,
+            options.drift_warn_s,
+            client_cpu_fraction=cpu_fraction,
+            encode_s=encode_s,
+            max_prompt_tokens=longest,
+            transport=prov.get("transport"),
+            encode_share=share,
         )
+        summary["drift_cause"] = diagnosis.cause
+        warnings.append(diagnosis.message)
     warnings.extend(length_warnings(rows, summary))
     summary["warnings"] = warnings
     reason = result.reason
@@ -205,6 +226,25 @@ def _run(
     for w in warnings:
         print(f"replay: warning: {w}", file=sys.stderr)
     return dict(summary, status=result.status, reason=reason)
+
+
+def _encode_cost_s(prompt_tokens: int, vocab_size: int, tries: int = 3) -> float | None:
+    """Seconds this machine takes to encode one request body of `prompt_tokens` ids (best of
+    `tries`, ids drawn across the vocabulary as real prompts are): what a send of the run's
+    longest prompt blocks the loop for."""
+    if prompt_tokens <= 0:
+        return None
+    import numpy as np
+
+    from replay.driver.http_common import encode_prompt
+
+    ids = np.random.default_rng(0).integers(0, max(vocab_size, 2), prompt_tokens, dtype=np.int32)
+    best = float("inf")
+    for _ in range(tries):
+        t0 = time.perf_counter()
+        encode_prompt(ids)
+        best = min(best, time.perf_counter() - t0)
+    return best
 
 
 def _errors_reason(rows: list[dict], summary: dict) -> str:
