@@ -135,6 +135,11 @@ if TYPE_CHECKING:
     help="run the point N times as a one-point sweep into --out (<out>/default/r<i>/, "
     "summary.parquet, 95%% intervals, report.md); resumes like a sweep",
 )
+@click.option(
+    "--quiet",
+    is_flag=True,
+    help="progress as a plain line every 10 s instead of a live bar [default: bar on a terminal]",
+)
 @click.option("--json", "json_out", is_flag=True, help="print the summary as one JSON object")
 @sim_options
 def command(
@@ -160,6 +165,7 @@ def command(
     truncate_prompt_tokens: int | None,
     slo: str | None,
     repeats: int | None,
+    quiet: bool,
     json_out: bool,
     **simopts: Any,
 ) -> None:
@@ -211,6 +217,7 @@ def command(
         request_timeout_s=request_timeout_s,
         server_gone_grace_s=server_gone_grace_s,
         progress=progress_wanted(json_out),
+        progress_plain=quiet,
         forcing=use_forcing,
         truncate_prompt_tokens=truncate_prompt_tokens,
         request_extras=adapter.request_extras,

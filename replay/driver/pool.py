@@ -237,7 +237,7 @@ class _Pool:
         if self.opt.progress and not self.virtual:
             from replay.driver.progress import ProgressBar
 
-            bar = ProgressBar(self.stats)
+            bar = ProgressBar(self.stats, self.rows, self.trace, plain=self.opt.progress_plain)
         helpers: list[asyncio.Task] = []
         if self.open_loop:
             if self.on_ready is not None:

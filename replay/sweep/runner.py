@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import sys
 import threading
 import time
 import traceback
@@ -25,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from replay.driver.progress import SweepEta
 from replay.engines import provenance
 from replay.engines.base import EngineAdapter
 from replay.engines.registry import get_engine
@@ -74,6 +76,7 @@ def _run_options(adapter: EngineAdapter, run: Mapping[str, Any]):
 
     kwargs = {k: v for k, v in run.items() if k != "transport"}
     kwargs.setdefault("forcing", adapter.forcing)  # force recorded outputs wherever the engine can
+    kwargs.setdefault("progress", sys.stderr.isatty())  # each run's live bar, on a terminal
     return RunOptions(**kwargs, request_extras=adapter.request_extras)
 
 
@@ -384,13 +387,16 @@ class SweepRunner:
         interrupted = False
         try:
             with control.sigterm_as_interrupt():
+                eta = SweepEta(len(planned))
                 for i, p in enumerate(planned, 1):
+                    t0 = time.monotonic()
                     outcome = self.run_one(p)
                     outcomes.append(outcome)
+                    eta.done(time.monotonic() - t0, skipped=outcome.status == "skipped")
                     why = (
                         f" ({outcome.reason})" if outcome.reason and outcome.status != "ok" else ""
                     )
-                    self.echo(f"[{i}/{len(planned)}] {p.rel_dir}: {outcome.status}{why}")
+                    self.echo(f"[{i}/{len(planned)}] {p.rel_dir}: {outcome.status}{why}{eta}")
                     if outcome.status == "interrupted":
                         interrupted = True
                         break
