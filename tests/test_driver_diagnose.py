@@ -53,3 +53,24 @@ def test_simulator_version_is_recorded(virtual):
     prov = _provenance(synth("swe-agent", tasks=1, seed=1, max_calls_per_task=2), {}, virtual)
     assert (prov.get("engine_version") or "").startswith("replay-sim ") == virtual
     assert len(prov["trace_sha256"]) == 64
+
+
+def test_a_drifting_run_names_its_cause_and_its_transport(tmp_path):
+    from replay.driver.http import http_transport_factory
+    from replay.driver.options import RunOptions
+    from replay.driver.run import run_replay
+    from tests.servers import FaultServer, make_trace
+
+    trace = make_trace({f"t{i}": [{"gap": 0.0, "new": 50, "out": 3}] * 3 for i in range(3)})
+    options = RunOptions(pool=3, drift_warn_s=0.0)  # any drift at all warns
+    with FaultServer() as srv:
+        factory = http_transport_factory(srv.url, trace, options, transport="aiohttp")
+        # no transport in the provenance (as in a sweep run): the run learns it from the factory
+        s = run_replay(trace, factory, options, tmp_path / "o", provenance={})
+    if not s["drift_p99_s"]:
+        pytest.skip("no measurable drift at all on this run")
+    assert s["drift_cause"] in ("encoding", "client_cpu", "transport", "machine")
+    (w,) = [w for w in s["warnings"] if w.startswith("p99 send drift")]
+    assert "cause: " in w and "unknown" not in w
+    if s["drift_cause"] == "transport":
+        assert "the aiohttp client" in w

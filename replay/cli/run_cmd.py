@@ -237,6 +237,8 @@ def command(
         )  # fmt: skip
         return
     trace = read_trace(trace_path)
+    # the served model before --out is made: --strict refuses to start without one
+    model, early = (None, []) if url is None else _model(url, served_model, options.strict)
     # An earlier run's files left beside this one's would be reported as this run's.
     prepare_out_dir(Path(out_dir), force=force)
     if engine == "sim":
@@ -244,7 +246,7 @@ def command(
     else:
         assert url is not None
         server = _Server(url, adapter, kind_note, scrape_interval_s)
-        summary = _run_http(trace, options, out_dir, server, served_model, transport_name, slo_s)
+        summary = _run_http(trace, options, out_dir, server, model, early, transport_name, slo_s)
     _print(summary, json_out)
     code = exit_code(summary["status"])
     if code:
@@ -305,9 +307,23 @@ class _Server:
     scrape_interval_s: float
 
 
-def _run_http(trace, options, out_dir, server: _Server, served_model, transport_name, slo_s):
-    from replay.cli.run_server import RunScrape
+def _model(url: str, served_model: str | None, strict: bool) -> tuple[str | None, list[str]]:
+    """The `model` to send (given, else the first id of /v1/models) and a warning without one."""
     from replay.driver.control import served_model as fetch_served_model
+    from replay.driver.http_common import HttpOptions
+
+    model = served_model or fetch_served_model(url)
+    if model is not None:
+        return model, []
+    # Servers that serve one model accept requests without `model`; others refuse every call.
+    why = f"GET {HttpOptions(url).root}/v1/models gave no model id"
+    if strict:
+        raise ConfigError("run", "--served-model", f"{why}; give --served-model NAME")
+    return None, [f"{why}: requests carry no `model` field (give --served-model NAME)"]
+
+
+def _run_http(trace, options, out_dir, server: _Server, model, warnings, transport_name, slo_s):
+    from replay.cli.run_server import RunScrape
     from replay.driver.http import http_transport_factory
     from replay.driver.http_common import HttpOptions
     from replay.driver.run import run_replay
@@ -315,14 +331,6 @@ def _run_http(trace, options, out_dir, server: _Server, served_model, transport_
 
     url = server.url
     root = HttpOptions(url).root
-    model = served_model or fetch_served_model(url)
-    warnings = []
-    if model is None:
-        # Servers that serve one model accept requests without `model`; others refuse every call.
-        why = f"GET {HttpOptions(url).root}/v1/models gave no model id"
-        if options.strict:
-            raise ConfigError("run", "--served-model", f"{why}; give --served-model NAME")
-        warnings.append(f"{why}: requests carry no `model` field (give --served-model NAME)")
     factory = http_transport_factory(url, trace, options, transport=transport_name, model=model)
     prov = {
         "url": url,

@@ -77,6 +77,6 @@ def diagnose_drift(
     return DriftDiagnosis(
         "machine",
         head + f"cause: not this process (it used {cpu} of a core, bodies quick to encode, "
-        f"transport {transport or 'in-process'}): other processes on this machine took the "
+        f"transport {transport or 'unknown'}): other processes on this machine took the "
         "CPU; a less busy machine",
     )

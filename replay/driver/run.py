@@ -157,6 +157,7 @@ def _run(
     counters: Mapping[str, Any] | None = None
     cpu_fraction: float | None = None
     wall_s = 0.0
+    made: dict[str, Any] = {}  # what _main learns of the transport (its name, for diagnosis)
     try:
         if virtual:
             loop: asyncio.AbstractEventLoop = VirtualTimeLoop()
@@ -170,7 +171,7 @@ def _run(
             cpu0, wall0 = time.process_time(), time.perf_counter()
             with quiet_gc():
                 result = loop.run_until_complete(
-                    _main(trace, transport_factory, options, sink, guard)
+                    _main(trace, transport_factory, options, sink, guard, made)
                 )
             wall_s = time.perf_counter() - wall0
             cpu_fraction = (time.process_time() - cpu0) / wall_s if wall_s > 0 else None
@@ -209,7 +210,7 @@ def _run(
             client_cpu_fraction=cpu_fraction,
             encode_s=encode_s,
             max_prompt_tokens=longest,
-            transport=prov.get("transport"),
+            transport=prov.get("transport") or made.get("transport"),
             encode_share=share,
         )
         summary["drift_cause"] = diagnosis.cause
@@ -264,10 +265,13 @@ async def _main(
     options: RunOptions,
     sink: JsonlSink,
     guard: _SignalGuard,
+    made: dict[str, Any] | None = None,
 ) -> RunResult:
     loop = asyncio.get_running_loop()
     control = RunControl()
     transport = transport_factory()
+    if made is not None:
+        made["transport"] = getattr(transport, "name", None)
 
     def on_signal(hits: int) -> None:  # runs in a signal handler: only hand over to the loop
         if hits == 1:
