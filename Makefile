@@ -41,6 +41,13 @@ sweep: $(STAMP) ## run experiments/$(EXP).toml (EXP=name), resuming finished poi
 figures: $(STAMP) ## render the report and figures of results/$(EXP)
 	$(BIN)/replay report results/$(EXP)
 
+# Headless Chromium renders report.html in tests/test_report_html.py (skipped locally without it,
+# failed under CI=true): Debian's package, installed once.
+.PHONY: setup-chromium
+setup-chromium: ## install Debian's chromium (headless check of report.html); needs root or sudo
+	command -v chromium >/dev/null || { SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+		$$SUDO apt-get update -q && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -q chromium; }
+
 clean: ## remove caches (keeps .venv and results)
 	rm -rf .pytest_cache .ruff_cache .mypy_cache .hypothesis
 

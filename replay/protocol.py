@@ -45,6 +45,12 @@ class CompletionResult:
     )
     output_ids: list[int] | None = None  # returned token ids, when the server returns them
     extra: dict = field(default_factory=dict)  # engine-specific fields worth keeping (timings, ...)
+    # Token-level stream times (loop time), for inter-token latency and time to second token:
+    # when the second and the last output token arrived, and how many tokens the stream carried
+    # (token ids counted when the server returns them, else one per non-empty text chunk).
+    t_second_token: float | None = None
+    t_last_token: float | None = None
+    stream_tokens: int | None = None
 
 
 @runtime_checkable

@@ -26,6 +26,8 @@ __all__ = [
     "NO_DATA",
     "Comparison",
     "all_comparisons",
+    "compare_sides",
+    "numeric_metrics",
     "compare_levels",
     "default_baselines",
     "welch_compare",
@@ -199,3 +201,40 @@ def all_comparisons(
     frames = [compare_levels(runs, params, f, b, metrics, alpha) for f, b in baselines.items()]
     frames = [f for f in frames if not f.empty]
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+# Columns of a run table that identify a run rather than measure it.
+_NOT_METRICS = frozenset({"repeat", "seed", "pid", "pgid", "exit_code"})
+
+
+def numeric_metrics(*tables: pd.DataFrame) -> list[str]:
+    """Columns holding a number in at least one row of every table: the counters and latencies
+    both sides measured (in the first table's column order)."""
+
+    def numeric(t: pd.DataFrame) -> set[str]:
+        return {
+            c
+            for c in t.columns
+            if c not in _NOT_METRICS
+            and t[c]
+            .map(lambda v: isinstance(v, int | float | np.number) and not isinstance(v, bool))
+            .any()
+            and _finite(t[c]).size > 0
+        }
+
+    common = set.intersection(*(numeric(t) for t in tables)) if tables else set()
+    return [c for c in tables[0].columns if c in common] if tables else []
+
+
+def compare_sides(
+    a: pd.DataFrame, b: pd.DataFrame, metrics: Sequence[str] | None = None, alpha: float = 0.05
+) -> pd.DataFrame:
+    """B against baseline A for every metric: one row per metric with the `Comparison` fields
+    (difference, its interval, Welch's verdict). `a` and `b` hold one row per repeat."""
+    metrics = numeric_metrics(a, b) if metrics is None else list(metrics)
+    rows = [
+        {"metric": m, **asdict(welch_compare(a[m], b[m], alpha)), "method": METHOD}
+        for m in metrics
+        if m in a.columns and m in b.columns
+    ]
+    return pd.DataFrame(rows)

@@ -21,6 +21,7 @@ def _register() -> None:
     # Explicit registry (no import magic): each module exposes one click command or group.
     from replay.cli import (
         calibrate_cmd,
+        compare_cmd,
         doctor_cmd,
         predict_cmd,
         report_cmd,
@@ -37,6 +38,7 @@ def _register() -> None:
         predict_cmd,
         sweep_cmd,
         report_cmd,
+        compare_cmd,
         calibrate_cmd,
         doctor_cmd,
     ):

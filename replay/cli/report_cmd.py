@@ -9,6 +9,13 @@ import click
 @click.argument("results_dir", type=click.Path(file_okay=False, path_type=str))
 @click.option("--no-figures", is_flag=True, help="Write the tables and text only (faster).")
 @click.option(
+    "--html",
+    "html_out",
+    is_flag=True,
+    help="Also write report.html: one self-contained page (tables, inline SVG figures, "
+    "provenance, the experiment file; nothing fetched).",
+)
+@click.option(
     "--paper",
     is_flag=True,
     help="Also write docs/paper.md: the paper-* experiments found beside RESULTS_DIR set against "
@@ -21,13 +28,17 @@ import click
     show_default=True,
     help="Where --paper writes.",
 )
-def command(results_dir: str, no_figures: bool, paper: bool, paper_out: str) -> None:
+def command(
+    results_dir: str, no_figures: bool, html_out: bool, paper: bool, paper_out: str
+) -> None:
     """Write RESULTS_DIR/report.md and RESULTS_DIR/figures/*.png|svg from the runs found there."""
     # Imported here: pandas, scipy and matplotlib would slow every other subcommand's start.
     from replay.report import write_report
 
-    out = write_report(results_dir, figures=not no_figures)
+    out = write_report(results_dir, figures=not no_figures, html=html_out)
     click.echo(f"written: {out.report} ({len(out.figures)} figure files)")
+    if out.html is not None:
+        click.echo(f"written: {out.html}")
     for caption, why in out.skipped.items():
         click.echo(f"  not drawn: {caption}: {why}")
     if paper:

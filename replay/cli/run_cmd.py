@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -11,6 +12,7 @@ import orjson
 
 from replay.cli.sim_options import sim_options
 from replay.driver.options import ON_ERROR, TIMINGS, RunOptions
+from replay.engines.base import EngineAdapter
 from replay.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -41,9 +43,16 @@ if TYPE_CHECKING:
 @click.option("--url", default=None, help="OpenAI-compatible server, e.g. http://127.0.0.1:8000")
 @click.option(
     "--engine-kind",
-    default="external",
+    default=None,
+    help="engine adapter for request extras and /metrics (vllm, sglang, sim-server, external, "
+    "...) [default: guessed from the metric-name prefixes the server exposes]",
+)
+@click.option(
+    "--scrape-interval-s",
+    type=float,
+    default=1.0,
     show_default=True,
-    help="engine adapter for request extras (vllm, sglang, ...)",
+    help="seconds between /metrics scrapes into metrics.jsonl (--url runs)",
 )
 @click.option(
     "--engine",
@@ -114,6 +123,23 @@ if TYPE_CHECKING:
     default=None,
     help="keep only the first N tokens of each prompt (models shorter than the trace)",
 )
+@click.option(
+    "--slo",
+    default=None,
+    help="service-level objectives for goodput, e.g. ttft=2s,itl=50ms (ttft, tt2t, itl, latency)",
+)
+@click.option(
+    "--repeats",
+    type=int,
+    default=None,
+    help="run the point N times as a one-point sweep into --out (<out>/default/r<i>/, "
+    "summary.parquet, 95%% intervals, report.md); resumes like a sweep",
+)
+@click.option(
+    "--quiet",
+    is_flag=True,
+    help="progress as a plain line every 10 s instead of a live bar [default: bar on a terminal]",
+)
 @click.option("--json", "json_out", is_flag=True, help="print the summary as one JSON object")
 @sim_options
 def command(
@@ -122,7 +148,8 @@ def command(
     out_dir: str,
     force: bool,
     url: str | None,
-    engine_kind: str,
+    engine_kind: str | None,
+    scrape_interval_s: float,
     engine: str | None,
     served_model: str | None,
     transport_name: str,
@@ -136,6 +163,9 @@ def command(
     server_gone_grace_s: float,
     forcing: bool | None,
     truncate_prompt_tokens: int | None,
+    slo: str | None,
+    repeats: int | None,
+    quiet: bool,
     json_out: bool,
     **simopts: Any,
 ) -> None:
@@ -145,6 +175,7 @@ def command(
     replay run --trace T --pool A --out DIR --url URL [--engine-kind vllm]
     replay run --trace T --pool A --out DIR --engine sim [SIMOPTS]
     """
+    from replay.driver.latency import parse_slo
     from replay.driver.progress import progress_wanted
     from replay.driver.run import exit_code
     from replay.engines.registry import get_engine
@@ -165,7 +196,16 @@ def command(
             HttpOptions(url)
         except ValueError as e:
             raise ConfigError("run", "--url", str(e)) from None
-    adapter = get_engine("sim" if engine else engine_kind)
+    kind_note = "given"
+    if url is not None and engine_kind is None:
+        from replay.cli.run_server import guess_engine_kind
+        from replay.driver.http_common import HttpOptions
+
+        engine_kind, kind_note = guess_engine_kind(HttpOptions(url).root)
+    slo_s = parse_slo(slo) if slo is not None else None
+    if scrape_interval_s <= 0:
+        raise ConfigError("run", "--scrape-interval-s", "must be > 0 seconds")
+    adapter = get_engine("sim" if engine else (engine_kind or "external"))
     use_forcing = adapter.forcing if forcing is None else forcing
     options = RunOptions(
         pool=pool,
@@ -178,52 +218,151 @@ def command(
         request_timeout_s=request_timeout_s,
         server_gone_grace_s=server_gone_grace_s,
         progress=progress_wanted(json_out),
+        progress_plain=quiet,
         forcing=use_forcing,
         truncate_prompt_tokens=truncate_prompt_tokens,
         request_extras=adapter.request_extras,
     )
+    if repeats is not None:
+        run_keys = dict(
+            pool=pool, gap_scale=gap_scale, timing=timing, on_error=on_error, strict=strict,
+            max_inflight=max_inflight, max_rps=max_rps, request_timeout_s=request_timeout_s,
+            server_gone_grace_s=server_gone_grace_s, forcing=forcing,
+            truncate_prompt_tokens=truncate_prompt_tokens,
+        )  # fmt: skip
+        if url is not None:
+            run_keys["transport"] = transport_name
+        _run_repeated(
+            repeats, trace_path, out_dir, force, url, adapter, served_model, run_keys,
+            simopts, slo_s, scrape_interval_s,
+        )  # fmt: skip
+        return
     trace = read_trace(trace_path)
     check_pool(trace, pool)  # refuse before sending what would wait forever
-
-    def prepare() -> None:
-        # An earlier run's files left beside this one's would be reported as this run's.
-        prepare_out_dir(Path(out_dir), force=force)
-
+    # the served model before --out is made: --strict refuses to start without one
+    model, early = (None, []) if url is None else _model(url, served_model, options.strict)
+    if url is not None:
+        _check_vocabulary(trace, model)
+    # An earlier run's files left beside this one's would be reported as this run's.
+    prepare_out_dir(Path(out_dir), force=force)
     if adapter.in_process:
-        prepare()
-        summary = _run_sim(trace, options, out_dir, simopts)
+        summary = _run_sim(trace, options, out_dir, simopts, slo_s)
     else:
         assert url is not None
-        summary = _run_http(
-            trace, options, out_dir, url, engine_kind, served_model, transport_name, prepare
-        )
+        server = _Server(url, adapter, kind_note, scrape_interval_s)
+        summary = _run_http(trace, options, out_dir, server, model, early, transport_name, slo_s)
     _print(summary, json_out)
     code = exit_code(summary["status"])
     if code:
         sys.exit(code)  # click's Exit is swallowed by main() in non-standalone mode
 
 
-def _run_http(trace, options, out_dir, url, engine_kind, served_model, transport_name, prepare):
-    """Replay over HTTP; `prepare()` makes the results directory once the server has been asked
-    for its model, so a refused start leaves nothing behind."""
+def _run_repeated(
+    repeats, trace_path, out_dir, force, url, adapter, served_model, run_keys, simopts, slo_s,
+    scrape_interval_s,
+) -> None:  # fmt: skip
+    """--repeats N: the point as a one-point sweep (replay/cli/run_repeats.py)."""
+    from replay.cli.run_repeats import experiment_toml, interval_lines, run_repeats
+
+    if repeats < 1:
+        raise ConfigError("run", "--repeats", f"must be >= 1, got {repeats}")
+    if slo_s:
+        raise ConfigError("run", "--slo", "not available with --repeats yet: run once per SLO")
+    kind_table = None
+    if url is None:
+        engine = {"kind": "sim", **{k: v for k, v in simopts.items() if v is not None}}
+    else:
+        engine = {"kind": "external", "url": url, "model": served_model}
+        if adapter.name != "external":
+            kind_table = {"kind": adapter.name}
+        if adapter.reset_path is None:
+            click.echo(
+                f"replay: note: engine kind {adapter.name} has no cache reset: server state "
+                "carries over from one repeat to the next",
+                err=True,
+            )
+    text = experiment_toml(
+        Path(out_dir).resolve().name,
+        repeats,
+        trace_path,
+        run_keys,
+        engine,
+        kind_table,
+        scrape_interval_s if url is not None else None,
+    )
+    result, report = run_repeats(out_dir, text, force=force, echo=click.echo)
+    for line in interval_lines(result.exp_dir):
+        click.echo(line)
+    click.echo(f"written: {report.report}")
+    if result.interrupted:
+        sys.exit(130)
+    ran = [o for o in result.outcomes if o.status != "skipped"]
+    if result.failed:
+        sys.exit(1 if len(result.failed) == len(ran) else 0)
+
+
+@dataclass(frozen=True)
+class _Server:
+    """The server of a --url run: where, whose adapter (and how it was chosen), scrape pace."""
+
+    url: str
+    adapter: EngineAdapter
+    kind_note: str
+    scrape_interval_s: float
+
+
+def _model(url: str, served_model: str | None, strict: bool) -> tuple[str | None, list[str]]:
+    """The `model` to send (given, else the first id of /v1/models) and a warning without one."""
     from replay.driver.control import served_model as fetch_served_model
+    from replay.driver.http_common import HttpOptions
+
+    model = served_model or fetch_served_model(url)
+    if model is not None:
+        return model, []
+    # Servers that serve one model accept requests without `model`; others refuse every call.
+    why = f"GET {HttpOptions(url).root}/v1/models gave no model id"
+    if strict:
+        raise ConfigError("run", "--served-model", f"{why}; give --served-model NAME")
+    return None, [f"{why}: requests carry no `model` field (give --served-model NAME)"]
+
+
+def _run_http(trace, options, out_dir, server: _Server, model, warnings, transport_name, slo_s):
+    from replay.cli.run_server import RunScrape
     from replay.driver.http import http_transport_factory
     from replay.driver.http_common import HttpOptions
     from replay.driver.run import run_replay
+    from replay.engines.provenance import server_version
 
-    model = served_model or fetch_served_model(url)
-    warnings = []
-    if model is None:
-        # Servers that serve one model accept requests without `model`; others refuse every call.
-        why = f"GET {HttpOptions(url).root}/v1/models gave no model id"
-        if options.strict:
-            raise ConfigError("run", "--served-model", f"{why}; give --served-model NAME")
-        warnings.append(f"{why}: requests carry no `model` field (give --served-model NAME)")
-    _check_vocabulary(trace, model)
-    prepare()
+    url = server.url
+    root = HttpOptions(url).root
     factory = http_transport_factory(url, trace, options, transport=transport_name, model=model)
-    prov = {"url": url, "engine": engine_kind, "served_model": model, "transport": transport_name}
-    return run_replay(trace, factory, options, out_dir, provenance=prov, warnings=warnings)
+    prov = {
+        "url": url,
+        "engine": server.adapter.name,
+        "engine_kind": server.kind_note,
+        "engine_version": server_version(root),
+        "served_model": model,
+        "transport": transport_name,
+    }
+    # the sweep's own scrape: start, every scrape_interval_s into metrics.jsonl, end - start
+    scrape = RunScrape(root, server.adapter, Path(out_dir), server.scrape_interval_s)
+    counters_fn = scrape.start()
+    if scrape.error:  # a server without /metrics: the replay's own numbers stand
+        click.echo(f"replay: note: {scrape.error}", err=True)
+    prov["metrics"] = scrape.info
+    try:
+        return run_replay(
+            trace,
+            factory,
+            options,
+            out_dir,
+            provenance=prov,
+            warnings=warnings,
+            counters_fn=counters_fn,
+            slo_s=slo_s,
+        )
+    finally:
+        scrape.stop()
 
 
 def _check_vocabulary(trace, model: str | None) -> None:
@@ -231,7 +370,6 @@ def _check_vocabulary(trace, model: str | None) -> None:
     (vLLM would answer 400 to every call); known where the model's config.json is here: a local
     model directory, or the hub cache."""
     from replay.engines import vocab
-    from replay.errors import ConfigError
 
     size = vocab.vocab_size(model) if model else None
     problem = vocab.vocab_problem(trace, size, str(model)) if size else None
@@ -239,7 +377,9 @@ def _check_vocabulary(trace, model: str | None) -> None:
         raise ConfigError(str(trace.path or "trace"), "vocabulary", problem)
 
 
-def _run_sim(trace: Trace, options: RunOptions, out_dir: str, simopts: dict[str, Any]) -> dict:
+def _run_sim(
+    trace: Trace, options: RunOptions, out_dir: str, simopts: dict[str, Any], slo_s
+) -> dict:
     from replay.driver.run import run_replay
     from replay.sim.options import SimConfig
     from replay.sim.transport import SimTransport
@@ -260,6 +400,7 @@ def _run_sim(trace: Trace, options: RunOptions, out_dir: str, simopts: dict[str,
         virtual=True,
         provenance=prov,
         counters_fn=lambda: made[-1].counters(),
+        slo_s=slo_s,
     )
 
 
@@ -295,3 +436,32 @@ def _print(summary: dict, json_out: bool) -> None:
     )
     if s.get("error_kinds"):
         click.echo("errors by    " + "  ".join(f"{k} {v}" for k, v in s["error_kinds"].items()))
+    for line in latency_lines(s):
+        click.echo(line)
+
+
+def latency_lines(s: dict) -> list[str]:
+    """The latency table (ms, p1..p99 per metric) and goodput, as `replay run` prints them."""
+    from replay.driver.latency import LATENCY_METRICS, PERCENTILES
+
+    table = s.get("latency_percentiles") or {}
+    head = "latency ms   " + "".join(f"{'p' + str(q):>9}" for q in PERCENTILES)
+    lines = [head]
+    for metric in LATENCY_METRICS:
+        row = table.get(metric) or {}
+        cells = "".join(
+            f"{'-' if row.get(f'p{q}') is None else format(row[f'p{q}'] * 1e3, '.1f'):>9}"
+            for q in PERCENTILES
+        )
+        lines.append(f"  {metric.removesuffix('_s'):<11}{cells}")
+    if s.get("slo_s"):
+        slo = ", ".join(f"{k.removesuffix('_s')} <= {v * 1e3:g} ms" for k, v in s["slo_s"].items())
+        frac = s["goodput_fraction"]
+        per_s = s["goodput_per_s"]
+        lines.append(
+            f"goodput      {s['goodput_calls']} of {s['calls']} calls"
+            + ("" if frac is None else f" ({frac:.1%})")
+            + ("" if per_s is None else f", {per_s:.2f}/s")
+            + f" met {slo}"
+        )
+    return lines

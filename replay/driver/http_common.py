@@ -191,6 +191,9 @@ class SseAccumulator:
 
     def __init__(self) -> None:
         self.t_first_token: float | None = None
+        self.t_second_token: float | None = None
+        self.t_last_token: float | None = None
+        self.stream_tokens = 0
         self.usage: dict | None = None
         self.output_ids: list[int] | None = None
         self.extra: dict = {}
@@ -242,9 +245,9 @@ class SseAccumulator:
             if not isinstance(choices, list) or not isinstance(choices[0], dict):
                 raise RequestFailed(ErrorKind.MALFORMED, "`choices` is not a list of objects")
             choice = choices[0]
-            if self.t_first_token is None and (choice.get("text") or choice.get("token_ids")):
-                self.t_first_token = now
             ids = choice.get("token_ids")
+            if choice.get("text") or ids:
+                self._tokens_at(len(ids) if isinstance(ids, list) else 1, now)
             if isinstance(ids, list):
                 self.output_ids = (self.output_ids or []) + ids
         usage = obj.get("usage")
@@ -255,6 +258,16 @@ class SseAccumulator:
         for key in ("timings", "meta_info", "sglext"):  # llama.cpp / SGLang per-request details
             if key in obj:
                 self.extra[key] = obj[key]
+
+    def _tokens_at(self, n: int, now: float) -> None:
+        """`n` output tokens arrived at `now`: the first, second and last token times."""
+        before = self.stream_tokens
+        self.stream_tokens += n
+        if before == 0:
+            self.t_first_token = now
+        if before < 2 <= self.stream_tokens:
+            self.t_second_token = now
+        self.t_last_token = now
 
     def _by_source(self, usage: dict) -> dict[str, int] | None:
         """Cached tokens per source ({"device": .., "host": ..}): extra keys of
@@ -290,6 +303,9 @@ class SseAccumulator:
             cached_by_source=self._by_source(usage),
             output_ids=self.output_ids,
             extra=self.extra,
+            t_second_token=self.t_second_token if streamed else None,
+            t_last_token=self.t_last_token if streamed else None,
+            stream_tokens=self.stream_tokens if streamed else None,
         )
 
 

@@ -38,6 +38,7 @@ class RunOptions:
       survives), for models shorter than the recorded context; None sends prompts whole.
     - `request_extras`: the engine adapter's hook; None is plain OpenAI.
     - `drift_warn_s`: p99 send drift above which the run warns that the client shaped the result.
+    - `progress`: live progress on stderr; `progress_plain`: as plain lines even on a terminal.
     """
 
     pool: int
@@ -52,6 +53,7 @@ class RunOptions:
     server_gone_grace_s: float = 30.0
     interrupt_grace_s: float = 5.0
     progress: bool = False
+    progress_plain: bool = False
     forcing: bool = False
     truncate_prompt_tokens: int | None = None
     request_extras: RequestExtras | None = None

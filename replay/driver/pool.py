@@ -24,7 +24,7 @@ import numpy as np
 from replay.clock import VirtualTimeLoop
 from replay.counters import DEVICE_HIT_TOKENS, HOST_RESTORE_TOKENS
 from replay.driver.options import RunOptions
-from replay.driver.records import CallRecord
+from replay.driver.records import CallRecord, stream_columns
 from replay.errors import ErrorKind, RequestFailed, ServerGone
 from replay.protocol import (
     CompletionRequest,
@@ -217,7 +217,7 @@ class _Pool:
         if self.opt.progress and not self.virtual:
             from replay.driver.progress import ProgressBar
 
-            bar = ProgressBar(self.stats)
+            bar = ProgressBar(self.stats, self.rows, self.trace, plain=self.opt.progress_plain)
         helpers: list[asyncio.Task] = []
         if self.open_loop:
             if self.on_ready is not None:
@@ -473,9 +473,11 @@ class _Pool:
         sent = len(req.prompt)
         t_end = res.t_end if res is not None else self.loop.time()
         t_first = reported = completion = cached = device = host = exact = None
+        stream: dict[str, Any] = {}
         if res is not None:
             if res.t_first_token is not None:
                 t_first = res.t_first_token - t0
+            stream = stream_columns(res, t0)
             reported, completion, cached = (
                 res.prompt_tokens,
                 res.completion_tokens,
@@ -522,6 +524,7 @@ class _Pool:
             status=_OK if error is None else _ERROR,
             error_kind=None if error is None else error.kind,
             error=None if error is None else str(error),
+            **stream,
         ).as_row()
         self.stats.done += 1
         self.rows.append(row)

@@ -26,6 +26,7 @@ from replay.counters import (
     DEVICE_HIT_TOKENS,
     HOST_RESTORE_TOKENS,
 )
+from replay.driver.latency import latency_summary
 from replay.errors import ErrorKind
 from replay.status import CallStatus
 
@@ -42,6 +43,7 @@ __all__ = [
     "write_json_atomic",
     "chmod_by_umask",
     "length_warnings",
+    "stream_columns",
 ]
 
 Int32 = Annotated[int, pa.int32()]  # a column stored as int32 (plain `int` is int64)
@@ -77,6 +79,10 @@ class CallRecord(NamedTuple):
     status: CallStatus
     error_kind: ErrorKind | None
     error: str | None
+    # token-level stream times (added later: older calls files lack them, and read them as null)
+    t_second_token: float | None = None
+    t_last_token: float | None = None
+    stream_tokens: int | None = None
 
     def as_row(self) -> dict[str, Any]:
         """The row as written to calls.jsonl: plain JSON values, keys in column order."""
@@ -119,6 +125,15 @@ def arrow_schema(record_type: type[tuple]) -> pa.Schema:
 CALL_SCHEMA = arrow_schema(CallRecord)
 CALL_COLUMNS = tuple(CALL_SCHEMA.names)
 _COLUMN_SET = frozenset(CALL_COLUMNS)
+
+
+def stream_columns(res: Any, t0: float) -> dict[str, Any]:
+    """A call's token-level stream columns from its `CompletionResult` (times since `t0`)."""
+    return {
+        "t_second_token": None if res.t_second_token is None else res.t_second_token - t0,
+        "t_last_token": None if res.t_last_token is None else res.t_last_token - t0,
+        "stream_tokens": res.stream_tokens,
+    }
 
 
 class JsonlSink:
@@ -226,12 +241,14 @@ def summarize(
     *,
     counters: Mapping[str, Any] | None = None,
     loop_lag_s: Iterable[float] = (),
+    slo_s: Mapping[str, float] | None = None,
 ) -> dict[str, Any]:
     """The run summary of docs/results.md.
 
     makespan_s = max(t_end) - min(t_send) over calls; TTFT = t_first_token - t_send (ok calls);
     task JCT = last t_end - first t_send of the task; drift = t_send - t_ready (all calls).
     Server-side `counters` (canonical names) override the per-call sums where they are known.
+    Token-level latencies, their p1..p99 table and goodput under `slo_s`: replay.driver.latency.
     """
     ok = [r for r in rows if r["status"] == CallStatus.OK]
     errors = len(rows) - len(ok)
@@ -310,8 +327,10 @@ def summarize(
             "drift_max_s": max(drift) if drift else None,
             "loop_lag_p99_s": percentile(loop_lag_s, 99),
             "error_kinds": kinds,
+            "output_tokens_per_s": output_tokens / makespan if makespan > 0 else None,
         }
     )
+    out.update(latency_summary(ok, len(rows), makespan, slo_s))
     return out
 
 

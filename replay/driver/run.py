@@ -18,6 +18,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -25,6 +26,7 @@ from typing import Any
 
 from replay.clock import VirtualTimeLoop
 from replay.driver.alloc import keep_freed_memory
+from replay.driver.diagnose import diagnose_drift
 from replay.driver.options import RunOptions
 from replay.driver.pool import RunControl, RunResult, replay
 from replay.driver.records import (
@@ -100,6 +102,7 @@ def run_replay(
     provenance: Mapping[str, Any] | None = None,
     counters_fn: Callable[[], Mapping[str, Any]] | None = None,
     warnings: Sequence[str] = (),
+    slo_s: Mapping[str, float] | None = None,
 ) -> dict[str, Any]:
     """Replay `trace` and write `out_dir`; return the summary plus `status` and `reason`.
 
@@ -110,6 +113,7 @@ def run_replay(
     server-side canonical counters merged into the summary and written to counters.json.
     `warnings`: what the caller found before the run (e.g. no served model), reported with the
     run's own (send drift, lengths the server did not confirm) in the summary and on stderr.
+    `slo_s`: service-level objectives ({"ttft_s": 2.0, ...}) for the summary's goodput.
     """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -125,6 +129,7 @@ def run_replay(
             counters_fn,
             guard,
             warnings,
+            slo_s,
         )
     guard.redeliver()
     return summary
@@ -140,10 +145,11 @@ def _run(
     counters_fn: Callable[[], Mapping[str, Any]] | None,
     guard: _SignalGuard,
     early_warnings: Sequence[str],
+    slo_s: Mapping[str, float] | None = None,
 ) -> dict[str, Any]:
     jsonl = out / "calls.jsonl"
     jsonl.unlink(missing_ok=True)
-    prov = _provenance(trace, provenance)
+    prov = _provenance(trace, provenance, virtual)
     doc: dict[str, Any] = {
         "status": RunStatus.FAILED,
         "reason": "did not finish (the process stopped before writing its result)",
@@ -155,6 +161,9 @@ def _run(
     sink = JsonlSink(jsonl)
     result: RunResult | None = None
     counters: Mapping[str, Any] | None = None
+    cpu_fraction: float | None = None
+    wall_s = 0.0
+    made: dict[str, Any] = {}  # what _main learns of the transport (its name, for diagnosis)
     try:
         if virtual:
             loop: asyncio.AbstractEventLoop = VirtualTimeLoop()
@@ -165,10 +174,13 @@ def _run(
         # cyclic GC, whose full passes over a large trace otherwise stall the loop for 50-150 ms
         # (send drift) at unpredictable moments; and collect rarely (see quiet_gc).
         try:
+            cpu0, wall0 = time.process_time(), time.perf_counter()
             with quiet_gc():
                 result = loop.run_until_complete(
-                    _main(trace, transport_factory, options, sink, guard)
+                    _main(trace, transport_factory, options, sink, guard, made)
                 )
+            wall_s = time.perf_counter() - wall0
+            cpu_fraction = (time.process_time() - cpu0) / wall_s if wall_s > 0 else None
             if counters_fn is not None:
                 counters = dict(counters_fn())
         finally:
@@ -182,19 +194,33 @@ def _run(
         if result is None:
             doc["reason"] = f"crashed: {sys.exc_info()[1]!r}"
             write_json_atomic(out / "run.json", doc)
-    summary = summarize(rows, counters=counters, loop_lag_s=result.loop_lag_s)
+    summary = summarize(rows, counters=counters, loop_lag_s=result.loop_lag_s, slo_s=slo_s)
     summary["calls_total"] = result.total_calls
     summary["calls_skipped"] = result.skipped_calls
     summary["connection_retries"] = result.connection_retries
+    # share of one core the replay process used over the run (virtual time: not meaningful)
+    summary["client_cpu_fraction"] = None if virtual else cpu_fraction
     warnings = list(early_warnings)
     drift = summary["drift_p99_s"]
     healthy_end = result.status in (RunStatus.OK, RunStatus.ERRORS)
     if not virtual and healthy_end and drift is not None and drift > options.drift_warn_s:
-        warnings.append(
-            f"p99 send drift {drift * 1e3:.1f} ms exceeds {options.drift_warn_s * 1e3:.0f} ms: "
-            "the client, not the server, shaped these timings (fewer agents, --transport "
-            "raw, or a less busy machine)"
+        longest = max((r["prompt_tokens"] for r in rows), default=0)
+        encode_s = _encode_cost_s(longest, trace.header.vocab_size)
+        sent_tokens = sum(r["prompt_tokens"] for r in rows)
+        share = None
+        if encode_s is not None and wall_s > 0:
+            share = encode_s / longest * sent_tokens / wall_s
+        diagnosis = diagnose_drift(
+            drift,
+            options.drift_warn_s,
+            client_cpu_fraction=cpu_fraction,
+            encode_s=encode_s,
+            max_prompt_tokens=longest,
+            transport=prov.get("transport") or made.get("transport"),
+            encode_share=share,
         )
+        summary["drift_cause"] = diagnosis.cause
+        warnings.append(diagnosis.message)
     warnings.extend(length_warnings(rows, summary))
     summary["warnings"] = warnings
     reason = result.reason
@@ -207,6 +233,25 @@ def _run(
     for w in warnings:
         print(f"replay: warning: {w}", file=sys.stderr)
     return dict(summary, status=result.status, reason=reason)
+
+
+def _encode_cost_s(prompt_tokens: int, vocab_size: int, tries: int = 3) -> float | None:
+    """Seconds this machine takes to encode one request body of `prompt_tokens` ids (best of
+    `tries`, ids drawn across the vocabulary as real prompts are): what a send of the run's
+    longest prompt blocks the loop for."""
+    if prompt_tokens <= 0:
+        return None
+    import numpy as np
+
+    from replay.driver.http_common import encode_prompt
+
+    ids = np.random.default_rng(0).integers(0, max(vocab_size, 2), prompt_tokens, dtype=np.int32)
+    best = float("inf")
+    for _ in range(tries):
+        t0 = time.perf_counter()
+        encode_prompt(ids)
+        best = min(best, time.perf_counter() - t0)
+    return best
 
 
 def _errors_reason(rows: list[dict], summary: dict) -> str:
@@ -226,10 +271,13 @@ async def _main(
     options: RunOptions,
     sink: JsonlSink,
     guard: _SignalGuard,
+    made: dict[str, Any] | None = None,
 ) -> RunResult:
     loop = asyncio.get_running_loop()
     control = RunControl()
     transport = transport_factory()
+    if made is not None:
+        made["transport"] = getattr(transport, "name", None)
 
     def on_signal(hits: int) -> None:  # runs in a signal handler: only hand over to the loop
         if hits == 1:
@@ -285,10 +333,10 @@ class _SignalGuard:
             signal.raise_signal(self._unhandled[0])
 
 
-def _provenance(trace: Trace, extra: Mapping[str, Any] | None) -> dict[str, Any]:
+def _provenance(trace: Trace, extra: Mapping[str, Any] | None, virtual: bool) -> dict[str, Any]:
     prov: dict[str, Any] = {
         "trace": trace.path,
-        "trace_sha256": _sha256(trace.path) if trace.path else None,
+        "trace_sha256": _sha256(trace.path) if trace.path else _content_sha256(trace),
         "trace_calls": len(trace),
         "argv": list(sys.argv),
         "versions": _versions(),
@@ -298,7 +346,23 @@ def _provenance(trace: Trace, extra: Mapping[str, Any] | None) -> dict[str, Any]
         "ended_at": None,
     }
     prov.update(extra or {})
+    if virtual and prov.get("engine_version") is None:
+        # the virtual-time engine is the in-process simulator: its version is replay's own
+        from replay import __version__
+
+        prov["engine_version"] = f"replay-sim {__version__}"
     return prov
+
+
+def _content_sha256(trace: Trace) -> str:
+    """sha256 of a trace that has no file (generated by `synth`): of the JSONL text that
+    `replay trace` would write for it, so two runs of the same generated trace say the same."""
+    from replay.trace.io import _ordered, trace_lines
+
+    h = hashlib.sha256()
+    for line in trace_lines(trace.header, _ordered(trace)):
+        h.update(line)
+    return h.hexdigest()
 
 
 def _sha256(path: str) -> str | None:

@@ -24,6 +24,7 @@ __all__ = [
     "git_revision",
     "package_versions",
     "engine_version",
+    "server_version",
     "collect",
 ]
 
@@ -93,6 +94,37 @@ def engine_version(
 
 
 _VERSION_CACHE: dict[tuple[str, ...], str | None] = {}
+
+# Where OpenAI-compatible servers say what they are: vLLM and the simulator's server answer
+# GET /version with {"version": ...}; SGLang's /get_server_info carries `version`; llama.cpp's
+# /props carries `build_info`.
+_VERSION_PATHS = (
+    ("/version", "version"),
+    ("/get_server_info", "version"),
+    ("/props", "build_info"),
+)
+
+
+def server_version(root: str, timeout_s: float = 5.0) -> str | None:
+    """A running server's own statement of its version, best effort (None when it makes none):
+    the way to name an engine that was not launched here (an external server)."""
+    import httpx
+    import orjson
+
+    from replay.metrics.scrape import http_client
+
+    with http_client(root, timeout_s) as client:
+        for path, key in _VERSION_PATHS:
+            try:
+                r = client.get(root + path)
+                if r.status_code // 100 != 2:
+                    continue
+                value = orjson.loads(r.content).get(key)
+            except (httpx.HTTPError, orjson.JSONDecodeError, AttributeError):
+                continue
+            if value:
+                return str(value)
+    return None
 
 
 def collect(

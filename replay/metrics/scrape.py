@@ -16,11 +16,13 @@ from typing import IO
 import httpx
 import orjson
 
-from replay.counters import Samples
+from replay.counters import CANONICAL_COUNTERS, Samples
+from replay.engines.base import EngineAdapter
 from replay.errors import EngineError
+from replay.metrics.counters import counter_deltas
 from replay.metrics.parse import parse_metrics
 
-__all__ = ["fetch_text", "fetch_samples", "MetricsRecorder", "http_client"]
+__all__ = ["fetch_text", "fetch_samples", "MetricsRecorder", "http_client", "delta_counters_fn"]
 
 
 def fetch_text(url: str, *, timeout_s: float = 5.0, client: httpx.Client | None = None) -> str:
@@ -131,3 +133,22 @@ def http_client(url: str, timeout_s: float) -> httpx.Client:
     (~0.1 s per client, which adds up over a sweep's scrapes and probes)."""
     plain = url.startswith("http://")
     return httpx.Client(timeout=timeout_s, verify=not plain)
+
+
+def delta_counters_fn(
+    recorder: MetricsRecorder, mapper: EngineAdapter, start: dict, info: dict
+) -> Callable[[], dict]:
+    """counters_fn for the driver (a run and a sweep run alike): the end scrape minus the start
+    scrape, canonical names. Never raises: a server that is gone gives None counters and a note
+    in `info` (run.json)."""
+
+    def fn() -> dict:
+        try:
+            end = mapper.map_counters(recorder.scrape_now())
+        except EngineError as e:
+            info["end_scrape_error"] = str(e)
+            end = dict.fromkeys(start)
+        names = [*CANONICAL_COUNTERS, *(k for k in start if k not in CANONICAL_COUNTERS)]
+        return counter_deltas(start, end, names)
+
+    return fn

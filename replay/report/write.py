@@ -32,6 +32,7 @@ class ReportOutput:
     report: Path
     figures: list[Path] = field(default_factory=list)
     skipped: dict[str, str] = field(default_factory=dict)
+    html: Path | None = None  # report.html, when asked for
 
 
 def _run_date(runs: pd.DataFrame, today: Callable[[], dt.date]) -> str:
@@ -117,13 +118,28 @@ def build_report(
 
 
 def write_report(
-    results_dir: str | Path, *, today: Callable[[], dt.date] | None = None, figures: bool = True
+    results_dir: str | Path,
+    *,
+    today: Callable[[], dt.date] | None = None,
+    figures: bool = True,
+    html: bool = False,
 ) -> ReportOutput:
-    """Write `RESULTS_DIR/report.md` and `RESULTS_DIR/figures/*.png|svg` (atomically)."""
+    """Write `RESULTS_DIR/report.md` and `RESULTS_DIR/figures/*.png|svg` (atomically); with
+    `html`, also the self-contained `report.html` (replay/report/html.py)."""
     root = Path(results_dir)
     results = load_results(root)
     text, out = build_report(results, root, today=today, figures=figures)
-    tmp = root / f".{REPORT_NAME}.tmp"
-    tmp.write_text(text)
-    tmp.replace(out.report)
+    _write_atomic(out.report, text)
+    if html:
+        from replay.report.html import HTML_NAME, render_html
+
+        out.html = root / HTML_NAME
+        page = render_html(text, root, f"{results.experiment}: replay report")
+        _write_atomic(out.html, page)
     return out
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.parent / f".{path.name}.tmp"
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(path)

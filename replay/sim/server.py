@@ -1,7 +1,8 @@
 """OpenAI-compatible HTTP front of the simulator (aiohttp): `replay sim serve`.
 
 Endpoints: POST /v1/completions (token-id or text prompt, streaming with usage), GET /v1/models,
-GET /health, GET /metrics (Prometheus text, `replay_sim:` prefix), POST /reset_prefix_cache.
+GET /health, GET /version, GET /metrics (Prometheus text, `replay_sim:` prefix), POST
+/reset_prefix_cache.
 Every bad request gets an OpenAI-style JSON error (400); the server never dies on bad input.
 Text prompts are tokenized as their UTF-8 bytes; a token renders as one printable character.
 Extension fields: `forced_output_ids` (the ids to "generate", e.g. the recorded output, so the next
@@ -232,6 +233,12 @@ def build_app(config: SimConfig) -> web.Application:
     async def health(request: web.Request) -> web.Response:
         return web.Response(text="ok")
 
+    async def version(request: web.Request) -> web.Response:
+        # what vLLM answers too: a run's provenance names the engine's version for every engine
+        from replay import __version__
+
+        return web.Response(body=orjson.dumps({"version": f"replay-sim {__version__}"}))
+
     async def metrics(request: web.Request) -> web.Response:
         return web.Response(
             body=exposition(collector), headers={"Content-Type": "text/plain; version=0.0.4"}
@@ -245,6 +252,7 @@ def build_app(config: SimConfig) -> web.Application:
     app.router.add_post("/v1/completions", completions)
     app.router.add_get("/v1/models", models)
     app.router.add_get("/health", health)
+    app.router.add_get("/version", version)
     app.router.add_get("/metrics", metrics)
     app.router.add_post("/reset_prefix_cache", reset)
     return app

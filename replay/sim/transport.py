@@ -106,6 +106,9 @@ class SimTransport:
                 "device_hit_tokens": seq.device_hit_tokens,
                 "host_restore_tokens": seq.host_restore_tokens,
             },
+            # the engine emits the last token as the sequence ends; it keeps no per-token times
+            t_last_token=seq.t_end if seq.output_len else None,
+            stream_tokens=seq.output_len,
         )
 
     def engine_time(self) -> float:

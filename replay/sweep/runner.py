@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import sys
 import threading
 import time
 import traceback
@@ -25,13 +26,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from replay.counters import CANONICAL_COUNTERS
+from replay.driver.progress import SweepEta
 from replay.engines import provenance
 from replay.engines.base import EngineAdapter
 from replay.engines.registry import get_engine
 from replay.errors import EngineError, ReplayError
-from replay.metrics.counters import counter_deltas
 from replay.metrics.scrape import MetricsRecorder, fetch_samples
+from replay.metrics.scrape import delta_counters_fn as _end_counters
 from replay.status import RunStatus
 from replay.sweep import control
 from replay.sweep.config import Experiment
@@ -76,6 +77,7 @@ def _run_options(adapter: EngineAdapter, run: Mapping[str, Any]):
 
     kwargs = {k: v for k, v in run.items() if k != "transport"}
     kwargs.setdefault("forcing", adapter.forcing)  # force recorded outputs wherever the engine can
+    kwargs.setdefault("progress", sys.stderr.isatty())  # each run's live bar, on a terminal
     return RunOptions(**kwargs, request_extras=adapter.request_extras)
 
 
@@ -265,6 +267,8 @@ class SweepRunner:
     ) -> Callable[[], dict[str, Any]] | None:
         """Verify the configuration took effect, warm up and reset, start the scraper; returns
         the end-of-run counter function (None when the server has no metrics)."""
+        assert st.prov is not None
+        st.prov["engine_version"] = st.prov.get("engine_version") or provenance.server_version(url)
         metrics_url = url + mapper.metrics_path
         try:
             first = fetch_samples(metrics_url)
@@ -419,15 +423,18 @@ class SweepRunner:
         interrupted = False
         try:
             with control.sigterm_as_interrupt():
+                eta = SweepEta(len(planned))
                 for i, p in enumerate(planned, 1):
+                    t0 = time.monotonic()
                     outcome = self.run_one(p)
                     outcomes.append(outcome)
+                    eta.done(time.monotonic() - t0, skipped=outcome.status == "skipped")
                     why = (
                         f" ({outcome.reason})"
                         if outcome.reason and outcome.status != RunStatus.OK
                         else ""
                     )
-                    self.echo(f"[{i}/{len(planned)}] {p.rel_dir}: {outcome.status}{why}")
+                    self.echo(f"[{i}/{len(planned)}] {p.rel_dir}: {outcome.status}{why}{eta}")
                     if outcome.status == RunStatus.INTERRUPTED:
                         interrupted = True
                         break
@@ -466,22 +473,6 @@ def _per_run_env(env: Mapping[str, str], run_dir: Path) -> dict[str, str]:
         prom.mkdir(parents=True, exist_ok=True)
         out["PROMETHEUS_MULTIPROC_DIR"] = str(prom.resolve())
     return out
-
-
-def _end_counters(recorder: MetricsRecorder, mapper: EngineAdapter, start: dict, info: dict):
-    """counters_fn for the driver: the end scrape minus the start scrape, canonical names.
-    Never raises: a server that is gone gives None counters and a note in run.json."""
-
-    def fn() -> dict[str, Any]:
-        try:
-            end = mapper.map_counters(recorder.scrape_now())
-        except EngineError as e:
-            info["end_scrape_error"] = str(e)
-            end = dict.fromkeys(start)
-        names = [*CANONICAL_COUNTERS, *(k for k in start if k not in CANONICAL_COUNTERS)]
-        return counter_deltas(start, end, names)
-
-    return fn
 
 
 def run_sweep(

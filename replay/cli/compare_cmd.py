@@ -1,0 +1,84 @@
+"""`replay compare A B`: every counter and latency of B against baseline A, with the difference,
+its 95% interval and Welch's verdict (replay/analysis/compare.py).
+
+A side is a results directory of one point (a `replay run` directory, a `replay run --repeats`
+directory, a one-point sweep) or one point of a sweep, named as `RESULTS_DIR/POINT`.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import click
+
+from replay.errors import ConfigError
+
+__all__ = ["command", "load_side", "format_comparison"]
+
+
+def load_side(path: str):
+    """The ok runs (one row per repeat) of one point: a run, an experiment of one point, or a
+    point directory inside an experiment."""
+    from replay.analysis.load import load_results
+
+    p = Path(path)
+    if not p.is_dir():
+        raise ConfigError(path, None, "no such results directory")
+    point = None
+    if p.parent.is_dir() and any((d / "run.json").is_file() for d in p.glob("r*")):
+        p, point = p.parent, p.name  # RESULTS_DIR/POINT
+    runs = load_results(p).ok_runs()
+    if point is not None:
+        runs = runs[runs["point"] == point]
+    points = sorted(set(runs["point"])) if "point" in runs else []
+    if len(points) > 1:
+        raise ConfigError(
+            path, None, f"holds {len(points)} points; name one as {path.rstrip('/')}/POINT "
+            f"(points: {', '.join(points[:6])})",
+        )  # fmt: skip
+    if runs.empty:
+        raise ConfigError(path, None, "no finished runs (status ok or errors) here")
+    return runs.reset_index(drop=True)
+
+
+def _num(v: float) -> str:
+    return "-" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.6g}"
+
+
+def format_comparison(table, name_a: str, name_b: str) -> list[str]:
+    """The comparison as aligned text lines."""
+    head = f"{'metric':<28}{'A':>13}{'B':>13}{'B - A':>13}{'95% interval':>30}{'n':>7}  verdict"
+    lines = [f"A = {name_a}", f"B = {name_b}", head]
+    for r in table.itertuples(index=False):
+        ci = "-" if math.isnan(r.diff_low) else f"[{_num(r.diff_low)}, {_num(r.diff_high)}]"
+        lines.append(
+            f"{r.metric:<28} {_num(r.mean_a):>12} {_num(r.mean_b):>12} {_num(r.diff):>12}"
+            f" {ci:>29}{f'{r.n_a}/{r.n_b}':>7}  {r.verdict}"
+        )
+    return lines
+
+
+@click.command(name="compare")
+@click.argument("a")
+@click.argument("b")
+@click.option("--alpha", type=float, default=0.05, show_default=True, help="test level")
+@click.option("--csv", "csv_out", default=None, help="also write the table to this CSV file")
+def command(a: str, b: str, alpha: float, csv_out: str | None) -> None:
+    """Compare B against baseline A: every counter and latency, B - A, its interval, verdict.
+
+    \b
+    replay compare results/x results/y
+    replay compare results/quick/host_tier_gib=0 results/quick/host_tier_gib=8
+    """
+    from replay.analysis.compare import compare_sides
+
+    if not 0 < alpha < 1:
+        raise ConfigError("compare", "--alpha", f"must be between 0 and 1, got {alpha}")
+    table = compare_sides(load_side(a), load_side(b), alpha=alpha)
+    if table.empty:
+        raise ConfigError("compare", None, "the two sides have no measured number in common")
+    for line in format_comparison(table, a, b):
+        click.echo(line)
+    if csv_out:
+        table.to_csv(csv_out, index=False)

@@ -1,0 +1,79 @@
+"""`replay run --repeats N` is a one-point sweep; `replay compare A B` sets two points side by side."""
+
+from __future__ import annotations
+
+import math
+
+import orjson
+import pandas as pd
+
+from replay.analysis.compare import welch_compare
+from tests.test_driver_cli import _replay, trace_file  # noqa: F401 - fixture
+
+
+def _repeated(trace, out, *extra: str):
+    return _replay(
+        "run", "--trace", str(trace), "--pool", "2", "--out", str(out), "--engine", "sim",
+        "--jitter", "0.05", *extra, timeout=300,
+    )  # fmt: skip
+
+
+def test_repeats_run_through_the_sweep_and_give_intervals(trace_file, tmp_path):  # noqa: F811
+    out = tmp_path / "rep"
+    cp = _repeated(trace_file, out, "--repeats", "3")
+    assert cp.returncode == 0, cp.stderr
+    # the sweep's layout, summary table and report
+    assert sorted(p.name for p in (out / "default").iterdir()) == ["r0", "r1", "r2"]
+    table = pd.read_parquet(out / "summary.parquet")
+    assert list(table["repeat"]) == [0, 1, 2] and set(table["status"]) == {"ok"}
+    assert (out / "report.md").is_file() and (out / "experiment.toml").is_file()
+    prov = orjson.loads((out / "default" / "r1" / "run.json").read_bytes())["provenance"]
+    assert prov["engine_version"].startswith("replay-sim ") and len(prov["trace_sha256"]) == 64
+    # jitter with its own seed per repeat: the repeats differ, so the interval is a real one
+    line = next(x for x in cp.stdout.splitlines() if x.startswith("makespan_s"))
+    mean, low, high, n = (float(v) for v in line.replace("[", " ").replace("]", " ").replace(",", " ").split()[1:])  # fmt: skip
+    assert n == 3 and low <= mean <= high and low < high
+    assert table["makespan_s"].std() > 0
+    assert math.isclose(mean, table["makespan_s"].mean(), rel_tol=1e-5)
+    # rerun: the sweep resumes (nothing runs again)
+    cp = _repeated(trace_file, out, "--repeats", "3")
+    assert cp.returncode == 0, cp.stderr
+    assert cp.stdout.count("skipped") == 3
+
+
+def test_compare_two_results_gives_welch_verdicts(trace_file, tmp_path):  # noqa: F811
+    a, b = tmp_path / "a", tmp_path / "b"
+    assert _repeated(trace_file, a, "--repeats", "2").returncode == 0
+    cp = _repeated(
+        trace_file, b, "--repeats", "2", "--host-tier-gib", "4", "--device-kv-gib", "0.05"
+    )
+    assert cp.returncode == 0, cp.stderr
+    cp = _replay("compare", str(a), str(b / "default"), "--csv", str(tmp_path / "c.csv"))
+    assert cp.returncode == 0, cp.stderr
+    table = pd.read_csv(tmp_path / "c.csv").set_index("metric")
+    ta = pd.read_parquet(a / "summary.parquet")
+    tb = pd.read_parquet(b / "summary.parquet")
+    for metric in ("makespan_s", "host_write_tokens", "itl_p50_s", "latency_p99_s"):
+        want = welch_compare(ta[metric], tb[metric])
+        assert table.loc[metric, "verdict"] == want.verdict
+        assert math.isclose(table.loc[metric, "diff"], want.diff, rel_tol=1e-9, abs_tol=1e-12)
+        assert metric in cp.stdout
+    assert table.loc["host_write_tokens", "verdict"] == "real"  # a host tier only on B
+
+
+def test_compare_asks_for_a_point_when_a_sweep_has_several(tmp_path):
+    for name, tier in (("p0", 0), ("p1", 2)):
+        d = tmp_path / "exp" / f"host_tier_gib={tier}" / "r0"
+        d.mkdir(parents=True)
+        summary = {"makespan_s": 1.0 + tier, "calls": 3}
+        (d / "run.json").write_bytes(orjson.dumps({"status": "ok", "summary": summary}))
+        del name
+    cp = _replay("compare", str(tmp_path / "exp"), str(tmp_path / "exp"))
+    assert cp.returncode == 2 and "name one as" in cp.stderr and "Traceback" not in cp.stderr
+    cp = _replay(
+        "compare",
+        str(tmp_path / "exp" / "host_tier_gib=0"),
+        str(tmp_path / "exp" / "host_tier_gib=2"),
+    )
+    assert cp.returncode == 0, cp.stderr
+    assert "single repeat" in cp.stdout
