@@ -19,9 +19,11 @@ def cli() -> None:
 def _register() -> None:
     # Explicit registry (no import magic): each module exposes one click command or group.
     from replay.cli import predict_cmd, report_cmd, run_cmd, sim_cmd, sweep_cmd, trace_cmd
+    from replay.cli import trace_transform_cmd as transform
 
     for mod in (trace_cmd, run_cmd, sim_cmd, predict_cmd, sweep_cmd, report_cmd):
         cli.add_command(mod.command)
+    transform.add_to(trace_cmd.command)  # scale, slice, merge: subcommands of `trace`
 
 
 _register()

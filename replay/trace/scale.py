@@ -52,22 +52,32 @@ class _BlockTokens:
     """Token of each trie node (a K-token block and everything before it), distinct among siblings.
 
     The preferred token is a hash of the node id (ids are dense, in order of first appearance, so
-    the result is deterministic); a clash with a sibling probes on to the next free id.
+    the result is deterministic); a clash with a sibling probes on to the next free id. A node's
+    first child is kept in an array and further children in sets: most nodes have one child,
+    and a new chain's nodes after its first have none yet, so they are assigned in one step.
     """
 
     def __init__(self, vocab_size: int):
         self.vocab = vocab_size
         self.token = np.empty(1024, np.int32)
+        self._first = np.full(1024, -1, np.int32)  # token of a node's first child
+        self._more: dict[int, set[int]] = {_ROOT: set()}  # all children's tokens, when > 1
         self.n = 0
-        self._used: dict[int, set[int]] = {}
 
-    def pick(self, parent: int, salt: int) -> int:
-        used = self._used.setdefault(parent, set())
+    def pick(self, parent: int, preferred: int) -> int:
+        """A token no sibling (child of `parent`) has: `preferred`, or the next free one."""
+        used = self._more.get(parent)
+        if used is None:
+            first = int(self._first[parent])
+            if first < 0:
+                self._first[parent] = preferred
+                return preferred
+            used = self._more[parent] = {first}
         if len(used) >= self.vocab:
             raise ConfigError(
                 "scale", "vocab_size", "a block has more distinct successors than ids"
             )
-        t = int(splitmix64(np.array([salt % 2**64], np.uint64))[0] % np.uint64(self.vocab))
+        t = preferred
         while t in used:
             t = (t + 1) % self.vocab
         used.add(t)
@@ -75,15 +85,21 @@ class _BlockTokens:
 
     def add(self, keys: np.ndarray) -> None:
         """Give tokens to the nodes of `keys` (one context's chain) not seen before."""
-        for i in range(len(keys)):
-            k = int(keys[i])
-            if k < self.n:
-                continue
-            assert k == self.n, "chunk keys are dense, in order of first appearance"
-            if k == len(self.token):
-                self.token = np.concatenate([self.token, np.empty_like(self.token)])
-            self.token[k] = self.pick(int(keys[i - 1]) if i else _ROOT, k)
-            self.n += 1
+        fresh = np.flatnonzero(keys >= self.n)  # new nodes of a chain are its last ones
+        if not len(fresh):
+            return
+        first = int(fresh[0])
+        new = keys[first:]
+        assert np.array_equal(new, np.arange(self.n, self.n + len(new))), "dense, in order"
+        while self.n + len(new) > len(self.token):
+            self.token = np.concatenate([self.token, np.empty_like(self.token)])
+            self._first = np.concatenate([self._first, np.full_like(self._first, -1)])
+        want = (splitmix64(new.astype(np.uint64)) % np.uint64(self.vocab)).astype(np.int32)
+        parent = int(keys[first - 1]) if first else _ROOT
+        want[0] = self.pick(parent, int(want[0]))
+        self.token[new] = want
+        self._first[new[:-1]] = want[1:]  # each new node's only child so far
+        self.n += len(new)
 
 
 def _scaled_times(c: Call, f: float) -> dict:
@@ -126,7 +142,7 @@ def scale_trace(trace: Trace, divisor: int, time_factor: float = 1.0) -> Trace:
                 # shorter than one block: one token no other prompt starts with keeps the
                 # invariant (such a prompt shares floor(L / K) = 0 tokens with every other)
                 pads += 1
-                prompt = np.array([nodes.pick(_ROOT, -pads)], np.int32)  # salt apart from node ids
+                prompt = np.array([nodes.pick(_ROOT, pads % h.vocab_size)], np.int32)
             output = image[n_prompt:]
             if not len(output) and c.output_len:
                 output = output_tokens(c.task, c.index, 1, h.vocab_size)
@@ -145,13 +161,13 @@ def scale_trace(trace: Trace, divisor: int, time_factor: float = 1.0) -> Trace:
             prev_ctx, prev_keys = ctx, keys
             prev_scaled = np.concatenate([prompt, output])
     meta = dict(h.meta)
-    before = meta.get("scale", {})
-    meta["scale"] = {
+    before = meta.get("scaled", {})
+    meta["scaled"] = {
         "tokens_divisor": divisor * int(before.get("tokens_divisor", 1)),
         "time_factor": time_factor * float(before.get("time_factor", 1.0)),
     }
     if h.tokens == "blocks":
-        meta["scale"]["from_block_size"] = h.block_size
+        meta["scaled"]["from_block_size"] = h.block_size
     header = TraceHeader(
         tokens="ids", vocab_size=h.vocab_size, model=h.model, source=h.source, meta=meta
     )
