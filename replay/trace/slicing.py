@@ -192,6 +192,6 @@ def merge_traces(traces: list[Trace], names: list[str]) -> Trace:
                 raise ConfigError("merge", "task", f"{name}: renamed ids still clash ({prefix}...)")
         seen |= own
         calls.extend(_renamed(tr, c, prefix) for c in tr.calls)
-    meta = {"merged": names}
+    meta = {"merged": names, "inputs": [tr.header.meta for tr in traces]}
     header = replace(h0, source="merge", meta=meta)
     return Trace(header, calls)
