@@ -3,6 +3,7 @@ and the commands run as a user runs them (subprocess, exit codes, one-line error
 
 from __future__ import annotations
 
+import functools
 import subprocess
 import sys
 from pathlib import Path
@@ -19,6 +20,7 @@ from replay.trace.synth import synth
 from tests.test_trace_scale import SHARED, needs_shared
 
 
+@functools.cache
 def _agents() -> Trace:
     """A trace whose root tasks spawn sub-agents that join back (parent and after links)."""
     for seed in range(50):
