@@ -20,6 +20,12 @@ at full speed, and on the server's one thread the three parallel sub-agents over
 so they take each other's slots more often. With the tier on, a lost slot costs little and the
 prediction holds.
 
+Known flake, not of this test: a call whose request was written whole sometimes gets no answer
+(`connection lost: server closed the connection without answering`): 1 call in about 160 on a
+machine at load 14, and 3-9 of 53 per run with no think time at all (`gap_scale = 0`), which is
+why the experiment keeps a thousandth of the recorded think times. With 1/50 of them the
+tier-off point depends on the machine's speed (9,763 instead of ~17,000 tokens on an idle one).
+
 Marker `llamacpp`: deselected by `make test`, run by `make test-llamacpp`.
 """
 
