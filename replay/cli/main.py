@@ -30,6 +30,7 @@ def _register() -> None:
         sweep_cmd,
         trace_cmd,
     )
+    from replay.cli import trace_transform_cmd as transform
 
     for mod in (
         trace_cmd,
@@ -44,6 +45,7 @@ def _register() -> None:
     ):
         cli.add_command(mod.command)
     cli.add_command(doctor_cmd.model_command)
+    transform.add_to(trace_cmd.command)  # scale, slice, merge: subcommands of `trace`
 
 
 _register()

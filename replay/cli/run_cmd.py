@@ -121,7 +121,9 @@ if TYPE_CHECKING:
     "--truncate-prompt-tokens",
     type=int,
     default=None,
-    help="keep only the first N tokens of each prompt (models shorter than the trace)",
+    help="keep only the first N tokens of each prompt; this destroys the prefix reuse of long "
+    "traces (every prompt past N tokens becomes the same N), so to fit a model use "
+    "`replay trace scale` instead",
 )
 @click.option(
     "--slo",
