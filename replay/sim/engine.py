@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from replay.engines.base import CANONICAL_COUNTERS
-from replay.sim.admission import make_admission
+from replay.sim.admission import DeclineReuse, Telemetry, make_admission
 from replay.sim.cost import CostModel
 from replay.sim.device import DeviceTier
 from replay.sim.host import HostTier
@@ -39,6 +39,9 @@ EXTRA_COUNTERS = (
     "chunks_evicted_unread",
     "chunks_restored",
     "declined_writes",
+    "declined_reused_within",
+    "declined_reused_beyond",
+    "declined_never_reused",
     "device_evicted_blocks",
     "requests",
     "rejected_requests",
@@ -65,6 +68,7 @@ class Seq:
     anon: int = 0
     ready_at: float = 0.0
     admitted: bool = False
+    write_ok: bool = True  # the admission's decision, taken at the first lookup
     device_hit_tokens: int = 0
     host_restore_tokens: int = 0
     t_first: float | None = None
@@ -114,6 +118,7 @@ class SimEngine:
         self.device = DeviceTier(cfg.device_blocks, cfg.device_eviction)
         self.host = HostTier(cfg.host_chunks) if cfg.host_chunks > 0 else None
         self.admission = make_admission(cfg)
+        self.declines = DeclineReuse(cfg.host_chunks) if self.host is not None else None
         self._rng = np.random.default_rng(cfg.seed) if cfg.jitter > 0 else None
         self.waiting: deque[Seq] = deque()
         self.running: list[Seq] = []
@@ -336,14 +341,14 @@ class SimEngine:
         r_chunks = 0  # host chunks the restore reads
         n_chunks = min(s.prompt_len, L) // self.C
         chunk_keys = s.keys[self.R - 1 : n_chunks * self.R : self.R]
-        if not s.admitted:
-            self.admission.observe_lookup(s.task, s.prompt_len, now)
-            if self.cfg.write_policy == "selective":
-                lk = self._lookups
-                for k in chunk_keys.tolist():
-                    lk[k] = lk.get(k, 0) + 1
+        if not s.admitted and self.cfg.write_policy == "selective":
+            lk = self._lookups
+            for k in chunk_keys.tolist():
+                lk[k] = lk.get(k, 0) + 1
         if self.host is not None:
             h = self.host.lookup(chunk_keys)
+            if not s.admitted:
+                self._decide(s, h * self.C, chunk_keys, now)
             r = max(0, min(h * self.C, L - 1) - d)
             if r:
                 first, last = d // self.C, (d + r - 1) // self.C
@@ -370,6 +375,14 @@ class SimEngine:
                 self.stall_s += self.cost.transfer_s(r, r_chunks)
             s.state = "prefill"
         return True
+
+    def _decide(self, s: Seq, held_tokens: int, chunk_keys: np.ndarray, now: float) -> None:
+        """The admission's one decision for `s` (first lookup), on the tier's live telemetry."""
+        host = self.host
+        assert host is not None and self.declines is not None
+        tel = Telemetry(host.size / host.capacity, host.last_evict_at, now)
+        s.write_ok = self.admission.admit(s.task, s.prompt_len, held_tokens, now, tel)
+        self.declines.reference(chunk_keys)
 
     # -- applying steps -------------------------------------------------------------------------
 
@@ -417,7 +430,10 @@ class SimEngine:
             if self.cfg.write_policy == "selective":
                 lk = self._lookups
                 cand = cand[[lk.get(k, 0) >= 2 for k in cand.tolist()]]
-            self._write(cand, t)
+            if s.write_ok:
+                self._write(cand, t)
+            else:
+                self._decline(cand)
 
     def _register(self, s: Seq, full_blocks: int) -> None:
         new = s.keys[s.held : full_blocks]
@@ -429,8 +445,9 @@ class SimEngine:
     def _write(self, cand: np.ndarray, now: float) -> None:
         if not len(cand) or self.host is None:
             return
-        chosen = self.admission.select(cand, now, self.host)
-        self.c["declined_writes"] += len(cand) - len(chosen)
+        chosen = self.admission.select(cand, now)
+        if len(chosen) < len(cand):
+            self._decline(cand[len(chosen) :])
         if not len(chosen):
             return
         self.host.write(chosen, now)
@@ -439,6 +456,11 @@ class SimEngine:
             self.stall_s += t
         else:
             self.link_free_at = max(now, self.link_free_at) + t
+
+    def _decline(self, keys: np.ndarray) -> None:
+        self.c["declined_writes"] += len(keys)
+        if self.declines is not None and len(keys):
+            self.declines.declined(keys)
 
     def _finish(self, s: Seq, t: float) -> None:
         self._register(s, min(s.kv // self.B, len(s.keys)))
@@ -498,6 +520,10 @@ class SimEngine:
             c["chunks_written"] = self.host.chunks_written
             c["chunks_evicted"] = self.host.chunks_evicted
             c["chunks_evicted_unread"] = self.host.chunks_evicted_unread
+        if self.declines is not None:
+            c["declined_reused_within"] = self.declines.within
+            c["declined_reused_beyond"] = self.declines.beyond
+            c["declined_never_reused"] = self.declines.never
         c["host_write_tokens"] = c["chunks_written"] * self.C
         c["host_evicted_tokens"] = c["chunks_evicted"] * self.C
         return c
