@@ -11,8 +11,15 @@ import numpy as np
 from replay.analysis.aggregate import describe
 from replay.analysis.words import fmt_interval, fmt_num
 from replay.report.markdown import md_table
+from replay.studies.efficientagent.rule import RULE
 
-__all__ = ["page"]
+__all__ = ["page", "score_line"]
+
+_ROLES = (
+    ("input", "Inputs: what the workload was calibrated to (not counted)"),
+    ("outcome", "Outcomes (counted in the score)"),
+    ("self-consistency", "Self-consistency: our model against our own simulator (not counted)"),
+)
 
 _SECTIONS = (
     ("workload", "The workload (`synth --preset swe-agent --seed 0`, 100 tasks)"),
@@ -28,7 +35,8 @@ _SECTIONS = (
 
 _HOW = """\
 ```
-replay sweep experiments/paper-h20.toml         # 6 tiers x 3 admissions x 3 repeats, in process
+replay sweep experiments/paper-h20.toml         # 5 tiers x 3 admissions x 2 repeats, in process
+replay sweep experiments/paper-chunk256.toml    # the same at 256-token chunks (5 and 40 GiB)
 replay sweep experiments/paper-pool8.toml
 replay sweep experiments/paper-hardware.toml    # 3 cards x tiers x per-chunk copy cost
 replay sweep experiments/paper-folding.toml
@@ -44,7 +52,24 @@ On a GPU box the same workload runs on vLLM + LMCache with `experiments/paper-h2
 _SETUP = """\
 Setup, as in the study where it can be: Qwen3-Coder-30B-A3B BF16 at TP8 (24,576 KV bytes per
 token per rank), 16 agents (pool 16), the `h20` hardware preset (148 TFLOP/s BF16, 4 TB/s HBM,
-64 GB/s PCIe 5.0 host link), 256-token host chunks, 16-token device blocks, write-through.
+64 GB/s PCIe 5.0 host link), 1,024-token host chunks (LMCache `chunk_size` 1024, as the study's
+admission config, launch script and analysis use; kappa and the model count the same chunks),
+16-token device blocks, write-through.
+
+Admission, as the study's release decides it: once per request, at its first lookup (before
+prefill), the request has u = floor(n/b) - floor(h/b) new chunks (n prompt tokens, h the prefix
+the host tier already holds, b = 1,024). `fixed` declines all of a request's writes when u > 8;
+`conditioned` does so only when (A-1)·N̄·β exceeds the tier (A distinct tasks looked up in the
+last 60 s, N̄ the mean prompt of the last 256 first lookups, β bytes per token), the tier is at
+least 95% full and it evicted within the last 60 s (telemetry older than 5 s: the estimate
+alone).
+
+Workload timing: the `swe-agent` preset's own time between calls (tool run plus agent work) has
+a median of 0.64 s, from the study's talk: at 5 GiB the median gap between one agent's turns is
+9.0 s, about 14x the agent's own time (9.0 / 14 = 0.64). Every task starts with the same
+2,000-token head (system prompt and tool documentation, as SWE-agent sends): an assumption, with
+no published size, kept below the smallest first prompt so token counts do not change. Not done:
+the preset has no context edits, and its longest context is ~142K, not the study's ~238K.
 
 Device KV: 4 GiB per rank (174,762 tokens). The study does not give its device KV size; the
 simulator needs one. 4 GiB is the smallest round size that holds the trace's largest call
@@ -54,7 +79,7 @@ time: whether a prefix survives is decided by the host tier, as in the study.
 
 Repeats: the simulator is deterministic for a given seed. paper-h20 sets `jitter = 0.05`: each
 repeat runs with its own engine seed (base seed + repeat index) and every planned stretch of engine
-steps lasts x (1 + 0.05 U(-1, 1)), so the three repeats differ the way runs on a real server do
+steps lasts x (1 + 0.05 U(-1, 1)), so the two repeats differ the way runs on a real server do
 (in timing, and through timing in which prefixes survive) and the intervals and `real` / `within
 noise` verdicts measure that spread. The study's own spread (116-124 min at 40 GiB) is larger than
 this noise model; the other paper-* files run one repeat (`n=1`) without jitter."""
@@ -107,36 +132,81 @@ Why some numbers differ (the simulator's assumptions, docs/simulator.md):
 
 def _claims(rows: Sequence[Any]) -> list[str]:
     lines: list[str] = []
-    for section, title in _SECTIONS:
-        here = [r for r in rows if r.section == section]
-        if not here:
+    for role, role_title in _ROLES:
+        mine = [r for r in rows if r.role == role]
+        if not mine:
             continue
-        lines += [f"### {title}", ""]
-        lines += md_table(
-            ["claim", "study", "ours", "reproduces", "note"],
-            [[r.claim, r.published, r.ours, r.verdict, r.note] for r in here],
-        )
+        lines += [f"## {role_title}", ""]
+        for section, title in _SECTIONS:
+            here = [r for r in mine if r.section == section]
+            if not here:
+                continue
+            lines += [f"### {title}", ""]
+            lines += md_table(
+                ["claim", "study", "where", "ours", "verdict", "note"],
+                [[r.claim, r.published, r.source, r.ours, r.verdict, r.note] for r in here],
+            )
     return lines
 
 
+def score_line(rows: Sequence[Any]) -> str:
+    """The score: outcomes only."""
+    out = [r for r in rows if r.role == "outcome"]
+    n = Counter(r.verdict for r in out)
+    return (
+        f"**Score (outcomes only, {len(out)} claims):** {n.get('yes', 0)} reproduce, "
+        f"{n.get('direction', 0)} hold in direction only, {n.get('no', 0)} do not, "
+        f"{n.get('not run', 0)} not run."
+    )
+
+
 def _words(rows: Sequence[Any]) -> list[str]:
-    counts = Counter(r.verdict for r in rows)
-    lines = [
-        f"{counts.get('yes', 0)} claims reproduce, {counts.get('direction', 0)} hold in direction "
-        f"with a different number, {counts.get('no', 0)} do not, {counts.get('not run', 0)} were "
-        "not run.",
-        "",
-    ]
+    lines = [score_line(rows), ""]
+    out = [r for r in rows if r.role == "outcome"]
     for verdict, title in (
         ("yes", "Reproduces"),
         ("direction", "Holds in direction, number differs"),
         ("no", "Does not reproduce"),
         ("not run", "Not run"),
     ):
-        here = [r for r in rows if r.verdict == verdict]
+        here = [r for r in out if r.verdict == verdict]
         if here:
             lines += [f"**{title}:** " + "; ".join(f"{r.claim} ({r.ours})" for r in here) + ".", ""]
     return lines
+
+
+def _chunk_table(h20: Any, c256: Any) -> list[str]:
+    """Fixed and conditioned against plain offload at 5 and 40 GiB, 1,024 beside 256 tokens."""
+    head = ["### Chunk size: 1,024 tokens (the study's) beside 256", ""]
+    if h20 is None:
+        return []
+    if c256 is None:
+        return [*head, "Not run yet: `replay sweep experiments/paper-chunk256.toml`.", ""]
+    rows = []
+    for label, run in (("1,024", h20), ("256", c256)):
+        for tier in (5, 40):
+            plain = run.values("computed_prefill_tokens", host_tier_gib=tier, admission="all")
+            for policy in ("fixed", "conditioned"):
+                v = run.values("computed_prefill_tokens", host_tier_gib=tier, admission=policy)
+                w = run.values("host_write_tokens", host_tier_gib=tier, admission=policy)
+                if not len(v) or not len(plain):
+                    continue
+                rel = v.mean() / plain.mean()
+                rows.append(
+                    [label, f"{tier:g}", policy, fmt_num(plain.mean()), fmt_num(v.mean()),
+                     f"{(rel - 1) * 100:+.1f}% ({rel:.2f}x)", fmt_num(w.mean())]
+                )  # fmt: skip
+    return [
+        *head,
+        "kappa counts chunks: at 256 tokens a task's first call (~26 chunks) already exceeds "
+        "kappa = 8, so `fixed` writes (almost) nothing and behaves like no tier.",
+        "",
+        *md_table(
+            ["chunk tokens", "tier GiB", "admission", "plain: computed prefill",
+             "policy: computed prefill", "vs plain", "policy: writes"],
+            rows,
+        ),
+    ]  # fmt: skip
 
 
 def _h20_table(run: Any) -> list[str]:
@@ -283,6 +353,8 @@ def page(
         "(replay.studies.efficientagent); edit replay/studies/efficientagent/text.py, not this "
         "file -->",
         "",
+        RULE,
+        "",
         f"Published numbers: {study}. Ours: the reference simulator (`replay.sim`) on the "
         "paper-scale synthetic SWE-agent workload, through the same closed-loop agent pool a real "
         "run uses. Each claim is set beside our value (mean ± 95% t half-width over repeats, or "
@@ -297,9 +369,10 @@ def page(
         *_words(rows),
         _WHY,
         "",
-        "## Point by point",
-        "",
         *_claims(rows),
+        "## Every point",
+        "",
+        *_chunk_table(runs.get("paper-h20"), runs.get("paper-chunk256")),
         *_h20_table(runs.get("paper-h20")),
         *_extensions(runs.get("paper-extensions")),
         *_holdout(holdout),
