@@ -12,17 +12,21 @@ import pytest
 
 from replay.studies.efficientagent import NOT_RUN, build_paper, load_paper_runs, paper_rows
 from tests.paper_helpers import run_reduced
+from tests.test_paper_claims import assert_rows_follow_the_rule
 
 ROOT = Path(__file__).resolve().parents[1]
 SCALE = 0.25
 
 _EDITS = (
-    ("repeats = 3", "repeats = 1"),
+    ("repeats = 2", "repeats = 1"),
     ("tasks = 100, seed = 0 }", "tasks = 40, seed = 0, scale = 0.25 }"),
-    ("device_kv_gib = 4\nkappa = 8", "device_kv_gib = 1\nkappa = 2"),
+    # token lengths scaled by 1/4, and so are the chunks: calls keep their number of chunks
+    ("chunk_tokens = 1024  #", "chunk_tokens = 256  #"),
+    ("\nchunk_tokens = 1024\n", "\nchunk_tokens = 256\n"),
+    ("device_kv_gib = 4\nkappa = 8", "device_kv_gib = 1\nkappa = 8"),
     ("[predict]\nmodel = \"qwen3-coder-30b-a3b\"\ntp = 8\ndevice_kv_gib = 4",
      "[predict]\nmodel = \"qwen3-coder-30b-a3b\"\ntp = 8\ndevice_kv_gib = 1"),
-    ("host_tier_gib = [0, 5, 10, 20, 40, 80]", "host_tier_gib = [0, 1.25, 2.5, 5, 10]"),
+    ("host_tier_gib = [0, 5, 10, 20, 40]", "host_tier_gib = [0, 1.25, 2.5, 5, 10]"),
 )  # fmt: skip
 
 
@@ -83,7 +87,17 @@ def test_predictions_hold_far_from_the_transition(rows):
     assert low <= meas <= high
     assert by_key["pred_prefill_20"].verdict == "yes"
     assert "[" in by_key["pred_prefill_20"].ours  # the range is shown with its width
-    assert by_key["pred_prefill_80"].verdict == NOT_RUN  # 80 GiB is not in the reduced matrix
+
+
+def test_every_row_follows_the_one_rule_and_proposition_1_is_measured(rows):
+    by_key, _ = rows
+    assert_rows_follow_the_rule(list(by_key.values()))
+    for key in ("evicted_anyway_5", "evicted_anyway_40", "turn_gap_5"):
+        assert by_key[key].verdict != NOT_RUN, key
+    # a tier under pressure evicts most declined chunks before their reuse anyway; a tier
+    # above the working set would have kept most of them
+    p5, p40 = (by_key[k].numbers[0][0] for k in ("evicted_anyway_5", "evicted_anyway_40"))
+    assert p5 > 0.5 > p40
 
 
 def test_paper_page_and_report_cli(results_root, tmp_path):

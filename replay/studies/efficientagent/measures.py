@@ -126,7 +126,9 @@ def pressure(tier_gib: float) -> Any:
     def measure(i: Inputs) -> Outcome:
         h20 = i.run("paper-h20")
         ws = h20.working_set_gib() if h20 is not None else None
-        return None if ws is None else Measured(f"{ws / tier_gib:.2f}", (Est(ws / tier_gib),))
+        if ws is None:
+            return Missing("paper-h20 (with predictions)" if h20 is not None else "paper-h20")
+        return Measured(f"{ws / tier_gib:.2f}", (Est(ws / tier_gib),))
 
     return measure
 
@@ -179,7 +181,7 @@ def flat_past_20(i: Inputs) -> Outcome:
     """Computed prefill at 40 and 80 GiB against 20 GiB (no row when none of them ran)."""
     h20 = i.run("paper-h20")
     if h20 is None:
-        return None
+        return Missing()
     cp20 = h20.values("computed_prefill_tokens", host_tier_gib=20, **_ALL)
     flat = []
     for tier in (40, 80):
@@ -187,7 +189,7 @@ def flat_past_20(i: Inputs) -> Outcome:
         if c.verdict != "no data":
             flat.append((tier, c))
     if not flat:
-        return None
+        return Missing("paper-h20 (with 40 GiB)")
     text = "; ".join(f"{t} GiB: {pct(c.rel_diff)}" for t, c in flat)
     return Measured(text, tuple(est_cmp(c) for _, c in flat))
 
@@ -196,10 +198,10 @@ def repeat_spread_40(i: Inputs) -> Outcome:
     """(max - min) / mean of the makespans over repeats at 40 GiB."""
     h20 = i.run("paper-h20")
     if h20 is None:
-        return None
+        return Missing()
     v = h20.values("makespan_s", host_tier_gib=40, **_ALL)
     if len(v) < 2:
-        return None
+        return Missing("paper-h20 (two or more repeats at 40 GiB)")
     spread = float((v.max() - v.min()) / v.mean())
     note = (
         "the simulator's only noise is its seeded service-time jitter (jitter = 0.05), far "
@@ -359,6 +361,6 @@ def makespan_tracks_prefill(i: Inputs) -> Outcome:
         return Missing()
     ms, cp = h20.values("makespan_s"), h20.values("computed_prefill_tokens")
     if len(ms) < 3 or len(ms) != len(cp):
-        return None
+        return Missing("paper-h20 (three or more runs)")
     r = float(np.corrcoef(ms, cp)[0, 1])
     return Measured(f"r = {r:.2f} over {len(ms)} runs", (Est(1.0 if r >= 0.9 else 0.0),))

@@ -37,7 +37,7 @@ def pool8_3gib(i: Inputs) -> Outcome:
     """The finding holds when a 3 GiB tier removes at least half of the recompute."""
     pool8 = i.run("paper-pool8")
     if pool8 is None:
-        return None
+        return Missing("paper-pool8")
     c = welch_compare(
         pool8.values("computed_prefill_tokens", host_tier_gib=0),
         pool8.values("computed_prefill_tokens", host_tier_gib=3),
@@ -53,7 +53,7 @@ def pool8_makespan(i: Inputs) -> Outcome:
     if pool8 is None:
         return Missing("paper-pool8")
     if h20 is None:
-        return None
+        return Missing("paper-h20")
     c = welch_compare(
         h20.values("makespan_s", host_tier_gib=0), pool8.values("makespan_s", host_tier_gib=0)
     )
@@ -106,7 +106,7 @@ def offload_ratio(card: str) -> Any:
             return Missing("paper-hardware")
         c = _gains(hw).get(card)
         if c is None:
-            return None
+            return Missing(f"paper-hardware (with {card})")
         return Measured(f"{1 + c.rel_diff:.2f} ({cmp_text(c)})", (est_cmp(c, ratio=True),))
 
     return measure
@@ -114,16 +114,24 @@ def offload_ratio(card: str) -> Any:
 
 def offload_h800(i: Inputs) -> Outcome:
     hw = i.run("paper-hardware")
-    c = _gains(hw).get("h800") if hw is not None else None
-    return None if c is None else Measured(f"h800: {cmp_text(c)}", (est_cmp(c),))
+    if hw is None:
+        return Missing("paper-hardware")
+    c = _gains(hw).get("h800")
+    return (
+        Missing("paper-hardware (with h800)")
+        if c is None
+        else Measured(f"h800: {cmp_text(c)}", (est_cmp(c),))
+    )
 
 
 def offload_split(i: Inputs) -> Outcome:
     """Per-chunk host-link overhead at which offload stops paying, card by card; the finding is
     1 when some swept overhead makes it lose on the H800 only."""
     hw = i.run("paper-hardware")
-    if hw is None or "transfer_overhead_s" not in hw.ok.columns:
-        return None
+    if hw is None:
+        return Missing("paper-hardware")
+    if "transfer_overhead_s" not in hw.ok.columns:
+        return Missing("paper-hardware (with transfer_overhead_s swept)")
     overheads = sorted({float(x) for x in hw.ok["transfer_overhead_s"]})
     by: dict[float, dict[str, Comparison]] = {}
     for o in overheads:

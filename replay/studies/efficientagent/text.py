@@ -93,22 +93,28 @@ Why some numbers differ (the simulator's assumptions, docs/simulator.md):
   write:read ratio and the evicted-unread share at 5 GiB.
 - **Host link.** paper-h20 charges a restore its bytes over the link's one-direction PCIe
   bandwidth, overlapped with other requests' compute. paper-hardware charges copies as vLLM +
-  LMCache pays them: each load and save stalls the engine step, at 65% of the link (LMCache logs
-  41-44 GB/s). Recomputing a token of this model costs 0.83 GFLOP per rank for the weights alone
-  (plus attention), more than the 0.38 GFLOP-equivalent an H800 spends moving its 24,576 bytes
-  (15.5K FLOP per byte), so a restore that costs only its bytes never loses to a recompute. On the
-  H800 the no-offload run is already close to the trace's own floor (the agents' tool gaps), so
-  offload gains only a few percent: the gain collapses as compute per byte grows, as in the
-  study, but turns into the study's loss only when each 256-token chunk copied also costs a fixed
-  time of the order of milliseconds (the hardware table gives the break-even per card; the H800
-  reaches it first). The study did not measure such a cost, and LMCache's own logs show
-  bandwidth-bound copies, so the loss it saw most likely came from costs outside this model.
-- **Write admission.** The simulator's `fixed` and `conditioned` filters count a call's chunks
-  that are missing from the host tier. A task's first call (about 25 chunks) already exceeds
-  kappa 8, and so does every later call of a task never written, so `fixed` writes nothing and
-  equals no tier at every size: it hurts far more than the study's 4x at 40 GiB and cannot help
-  at 5 GiB. The study's filter evidently let most calls' writes through; counting only the chunks
-  a call computes (not those it found on the device) would behave that way.
+  LMCache pay them: each load and save stalls the engine step, at 65% of the link (LMCache logs
+  41-44 GB/s). Recomputing a token of this model costs 0.83 GFLOP per rank for the weights alone,
+  more than the 0.38 GFLOP-equivalent an H800 spends moving its 24,576 bytes (15.5K FLOP per
+  byte), so a restore that costs only its bytes never loses to a recompute: the H800's loss is
+  not reproduced without a per-chunk cost the study did not measure, and no such constant is
+  fitted here (the cards also differ in model, TP, memory fraction and GPU KV size in the
+  study, which the simulator does not vary).
+- **Write admission.** Decided as the release does (see Setup). With 1,024-token chunks a
+  task's first call (about 6 chunks) and every later call whose prefix the tier still holds
+  (u of 0-1 chunks) are admitted; what `fixed` declines is a call whose prefix the tier lost
+  (u = the whole context), so under pressure the tier keeps the tasks it already holds. At 256
+  tokens a first call already exceeds kappa and `fixed` writes almost nothing (chunk table
+  below). Where `fixed` at 5 GiB saves less recompute than the study's -36%, the simulator's
+  device tier and timing (not fitted) decide how many of the admitted tasks' prefixes survive;
+  no knob is turned per row.
+- **Proposition 1.** Measured on the declined chunks themselves: a declined chunk counts as
+  "evicted anyway" when the distinct chunks referenced between its decline and its next lookup
+  are at least the tier's capacity (LRU stack distance), or when it is never looked up again.
+- **Makespan.** The no-tier run's makespan is set by recompute at 60% of peak, the agents' own
+  time between calls being under a second: removing recompute shortens it more than on the
+  study's servers, whose makespan ratio at 20 GiB (0.60) includes costs the simulator does not
+  have.
 - **Pool size.** At pool 16 without a tier the simulated server is busy but not thrashing enough
   for halving the pool to pay: with 8 agents the server idles during tool gaps and the makespan
   grows, although computed prefill halves.
@@ -125,7 +131,9 @@ Why some numbers differ (the simulator's assumptions, docs/simulator.md):
   than the study's (116-124 min at 40 GiB): a difference called `real` here may be within the
   noise of a real server.
 - **Synthetic trace.** Same counts and reuse as the study's trace, but drawn from distributions:
-  tasks never drop history, so the share of new KV reused by the next call is set by task ends.
+  tasks never drop or edit history (so the share of new KV reused by the next call is set by task
+  ends), and the longest context is ~142K, not ~238K (a 238K call would not fit the 4 GiB device
+  KV these runs use).
 - **Time.** Makespans are simulated (roofline at 60% of peak); ratios between points are the
   comparable quantity, not minutes."""
 
