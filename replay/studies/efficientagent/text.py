@@ -115,9 +115,10 @@ Why some numbers differ (the simulator's assumptions, docs/simulator.md):
   time between calls being under a second: removing recompute shortens it more than on the
   study's servers, whose makespan ratio at 20 GiB (0.60) includes costs the simulator does not
   have.
-- **Pool size.** At pool 16 without a tier the simulated server is busy but not thrashing enough
-  for halving the pool to pay: with 8 agents the server idles during tool gaps and the makespan
-  grows, although computed prefill halves.
+- **Pool size.** With 8 agents the no-offload makespan shrinks, but by less than the study's
+  25%, and a 3 GiB tier removes only a small share of the recompute: the simulated 8-agent
+  working set (see the inputs) is above 3 GiB, so the tier thrashes as the 5 GiB one does at
+  pool 16. Not fitted.
 - **Predictions.** Like the study's, ours are ranges, written before any run: the working-set
   model (docs/model.md) on the closed loop with the engine's queue, under the service models that
   bracket a run's timing (every call decoding alone; every agent decoding at once; seeded 5%
