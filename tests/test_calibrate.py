@@ -115,11 +115,11 @@ seed = 1
 order = "sequential"
 
 [trace]
-synth = {{ preset = "swe-agent", tasks = 6, seed = 1, vocab_size = 8192, scale = 0.06, max_calls_per_task = 6 }}
+synth = {{ preset = "swe-agent", tasks = 6, seed = 1, vocab_size = 8192, scale = 0.06, max_calls_per_task = 6, shared_head_tokens = 0 }}
 
 [run]
 pool = 6
-gap_scale = 0.1
+gap_scale = 1.0  # the preset's own tool gaps (the study's 0.64 s median)
 
 [engine]
 kind = "sim"

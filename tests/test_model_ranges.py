@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -24,6 +25,7 @@ from replay.model.order import EngineQueue, ServiceModel, StepRoofline, closed_l
 from replay.model.predict import predict_tiers
 from replay.model.presets import HARDWARE, MODELS, get_hardware, get_model
 from replay.model.ranges import RANGE_QUANTITIES
+from replay.trace.model import Trace
 from tests.model_traces import make_trace
 
 # bytes decide every step: 1 MB/s of HBM, 1,000 weight bytes per token, 1 KV byte per token
@@ -197,7 +199,7 @@ def small_paper():
     16, a 1 GiB device; the working set is about 2.9 GiB, so a 5 GiB tier is far above it."""
     from replay.trace.synth import synth
 
-    return synth("swe-agent", tasks=40, seed=0, scale=0.25)
+    return _at_the_old_pace(synth("swe-agent", tasks=40, seed=0, scale=0.25))
 
 
 H20_SERVICE = ServiceModel.from_presets(get_model("qwen3-coder-30b-a3b"), get_hardware("h20"), 8)
@@ -295,3 +297,20 @@ def test_range_contains_the_simulator_far_from_the_transition(small_paper, jitte
     # and the range is narrow: a few percent of the computed prefill, not a blanket
     width = row["computed_prefill_tokens_high"] - row["computed_prefill_tokens_low"]
     assert width <= 0.05 * row["computed_prefill_tokens"]
+
+
+def _at_the_old_pace(trace: Trace) -> Trace:
+    """`trace` with every gap x 6.0 / 0.64: the swe-agent preset's earlier 6 s median own time.
+    The preset now follows the EfficientAgent study's 0.64 s; under that pace sixteen agents
+    saturate this small device and the model's agreement with the simulator is much looser
+    (restores several times off at 0.2 GiB), which this test does not cover."""
+    k = 6.0 / 0.64
+    return Trace(
+        trace.header,
+        [
+            replace(
+                c, gap_s=c.gap_s * k, tail_gap_s=None if c.tail_gap_s is None else c.tail_gap_s * k
+            )
+            for c in trace.calls
+        ],
+    )

@@ -14,6 +14,7 @@ import pytest
 from replay.errors import ConfigError
 from replay.sweep.config import load_experiment, toml_line
 from replay.sweep.dryrun import dry_run_plan, format_plan
+from tests.shared_data import in_ci
 
 ROOT = Path(__file__).resolve().parent.parent
 PLANS = Path(__file__).parent / "fixtures" / "sweep_plans"
@@ -159,6 +160,12 @@ def test_shipped_experiments_plan_what_they_planned(path, monkeypatch):
     """Plans captured with `replay sweep --dry-run` before the schema; the interpreter's path is
     the only machine-specific part."""
     monkeypatch.chdir(ROOT)
+    made = ROOT / ".cache" / "traces"  # traces made from ../shared by `make weka-traces`
+    if path.stem.startswith("weka-") and not made.is_dir():
+        msg = f"{path.name} replays a trace `make weka-traces` makes into {made}"
+        if in_ci():
+            pytest.fail(msg + "; CI makes it before the tests", pytrace=False)
+        pytest.skip(msg)
     exp = load_experiment(path.relative_to(ROOT))
     text = format_plan(exp, dry_run_plan(exp)) + "\n"
     want = (PLANS / f"{path.stem}.txt").read_text().replace("{python}", sys.executable)

@@ -34,7 +34,8 @@ def test_swe_agent_default_is_paper_scale(swe) -> None:
     assert 0.97 <= s.reuse_fraction <= 0.98
     firsts = [cs[0].prompt_len for cs in swe.tasks.values()]
     assert min(firsts) >= 2_000 and np.median(firsts) < 10_000  # a few K to start
-    assert 1.0 <= s.gap_p50_s <= 30.0 and s.gap_p90_s <= 60.0  # seconds to tens of seconds
+    # the agent's own time between calls: the study's median turn (9.0 s) is ~14x it
+    assert 0.5 <= s.gap_p50_s <= 0.8 and s.gap_p90_s <= 5.0
     for cs in swe.tasks.values():  # contexts grow within a task
         assert all(b.prompt_len > a.prompt_len for a, b in zip(cs, cs[1:], strict=False))
     # Delta encoding: stored tokens are a few percent of the expanded prompts.

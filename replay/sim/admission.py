@@ -1,86 +1,135 @@
-"""Host-write admission: which candidate chunks a call may write into the host tier.
+"""Host-write admission: whether a request may write its chunks into the host tier.
 
-Pure; time is passed in. `all` and `ttl` write everything (ttl acts on the device tier instead);
-`fixed` declines a call's writes when it has more than kappa new full chunks; `conditioned` declines
-such calls only under pressure (the windowed working-set estimate exceeds the tier, the tier is full
-and has evicted within the window), after the EfficientAgent connector; `rate` is a plain token
-bucket in bytes/s with one second of burst (at least one chunk), writing chunks in prompt order while budget lasts.
+Pure; time and the tier's telemetry are passed in. `fixed` and `conditioned` decide once per
+request, at its first lookup (before prefill), as the EfficientAgent release's connector does:
+the request has u = floor(n/b) - floor(h/b) new chunks (n prompt tokens, h the prefix the host
+tier already holds, b tokens per chunk) and more than kappa of them decline all its writes.
+`conditioned` declines such requests only under pressure: the windowed working-set estimate
+(A-1)·N̄·β exceeds the tier, the tier is at least 95% full, and it evicted within the window;
+telemetry older than 5 s falls back to the estimate alone. `all` and `ttl` write everything (ttl
+acts on the device tier instead); `rate` is a token bucket in bytes/s with one second of burst
+(at least one chunk), writing chunks in prompt order while budget lasts.
+
+`DeclineReuse` measures the study's Proposition 1: the share of declined chunks that a tier of
+this size would have evicted before their next reuse anyway (stack distance at least the
+capacity), or that are never reused.
 """
 
 from __future__ import annotations
 
 from collections import deque
+from dataclasses import dataclass
 
 import numpy as np
 
-from replay.sim.host import HostTier
+__all__ = ["Admission", "Telemetry", "DeclineReuse", "make_admission", "FULL_SHARE", "STALE_S"]
 
-__all__ = ["Admission", "make_admission"]
+FULL_SHARE = 0.95  # the tier counts as full from this share of its capacity
+STALE_S = 5.0  # telemetry older than this is ignored (the estimate alone decides)
+RECENT_LOOKUPS = 256  # N̄ is the mean prompt of this many latest first lookups
+
+
+@dataclass(frozen=True)
+class Telemetry:
+    """What the host tier reported at `at_s`: its fill share and its last eviction time."""
+
+    fill_share: float
+    last_evict_at: float | None
+    at_s: float
 
 
 class Admission:
-    """Base: admit everything. `observe_lookup` feeds the runtime estimator (first lookup of a call)."""
+    """Base: admit everything. `admit` is asked once per request, at its first lookup."""
 
     name = "all"
 
-    def observe_lookup(self, task: str, prompt_tokens: int, now: float) -> None:
-        pass
+    def admit(
+        self, task: str, prompt_tokens: int, held_tokens: int, now: float, tel: Telemetry | None
+    ) -> bool:
+        return True
 
-    def select(self, candidates: np.ndarray, now: float, host: HostTier) -> np.ndarray:
+    def select(self, candidates: np.ndarray, now: float) -> np.ndarray:
+        """The chunks an admitted request writes now (all but `rate`: every candidate)."""
         return candidates
 
 
 class FixedAdmission(Admission):
+    """Decline a request with more than kappa new chunks (u = floor(n/b) - floor(h/b))."""
+
     name = "fixed"
 
-    def __init__(self, kappa: int):
+    def __init__(self, kappa: int, chunk_tokens: int):
         self.kappa = kappa
+        self.chunk_tokens = chunk_tokens
 
-    def select(self, candidates, now, host):
-        return candidates[:0] if len(candidates) > self.kappa else candidates
+    def new_chunks(self, prompt_tokens: int, held_tokens: int) -> int:
+        b = self.chunk_tokens
+        return prompt_tokens // b - held_tokens // b
+
+    def admit(self, task, prompt_tokens, held_tokens, now, tel):
+        return self.new_chunks(prompt_tokens, held_tokens) <= self.kappa
 
 
-class ConditionedAdmission(Admission):
-    """Decline calls with more than kappa new chunks only while the tier is under pressure.
+class ConditionedAdmission(FixedAdmission):
+    """`fixed`'s rule, applied only while the tier is under pressure.
 
-    Working-set estimate (bytes) = (active tasks in the window - 1) * mean prompt tokens of the
-    window's first lookups * bytes per token: the closed form (A-1)*N*beta with beta = 1.
+    A = distinct tasks looked up in the last `window_s`; N̄ = mean prompt tokens of the last 256
+    first lookups; β = bytes per token. Pressure: (A-1)·N̄·β > capacity, and (with telemetry at
+    most 5 s old) the tier is >= 95% full and evicted within the last `window_s`.
     """
 
     name = "conditioned"
 
-    def __init__(self, kappa: int, window_s: float, bytes_per_token: int, capacity_bytes: int):
-        self.kappa = kappa
+    def __init__(
+        self,
+        kappa: int,
+        chunk_tokens: int,
+        window_s: float,
+        bytes_per_token: int,
+        capacity_bytes: int,
+    ):
+        super().__init__(kappa, chunk_tokens)
         self.window_s = window_s
         self.bytes_per_token = bytes_per_token
         self.capacity_bytes = capacity_bytes
-        self._lookups: deque[tuple[float, str, int]] = deque()
+        self._seen: deque[tuple[float, str]] = deque()
+        self._count: dict[str, int] = {}
+        self._prompts: deque[int] = deque(maxlen=RECENT_LOOKUPS)
 
-    def observe_lookup(self, task, prompt_tokens, now):
-        self._lookups.append((now, task, prompt_tokens))
+    def _observe(self, task: str, prompt_tokens: int, now: float) -> None:
+        self._seen.append((now, task))
+        self._count[task] = self._count.get(task, 0) + 1
+        self._prompts.append(prompt_tokens)
         self._trim(now)
 
     def _trim(self, now: float) -> None:
-        q = self._lookups
+        q, count = self._seen, self._count
         while q and q[0][0] < now - self.window_s:
-            q.popleft()
+            _, task = q.popleft()
+            count[task] -= 1
+            if not count[task]:
+                del count[task]
 
     def working_set_bytes(self, now: float) -> float:
+        """(A-1)·N̄·β from the lookups seen so far."""
         self._trim(now)
-        if not self._lookups:
+        if not self._prompts:
             return 0.0
-        active = len({t for _, t, _ in self._lookups})
-        mean_prompt = sum(n for _, _, n in self._lookups) / len(self._lookups)
-        return max(0, active - 1) * mean_prompt * self.bytes_per_token
+        mean_prompt = sum(self._prompts) / len(self._prompts)
+        return max(0, len(self._count) - 1) * mean_prompt * self.bytes_per_token
 
-    def under_pressure(self, now: float, host: HostTier) -> bool:
-        evicting = host.last_evict_at is not None and host.last_evict_at >= now - self.window_s
-        return host.full and evicting and self.working_set_bytes(now) > self.capacity_bytes
+    def under_pressure(self, now: float, tel: Telemetry | None) -> bool:
+        over = self.working_set_bytes(now) > self.capacity_bytes
+        if tel is None or now - tel.at_s > STALE_S:
+            return over
+        evicting = tel.last_evict_at is not None and tel.last_evict_at >= now - self.window_s
+        return over and tel.fill_share >= FULL_SHARE and evicting
 
-    def select(self, candidates, now, host):
-        if len(candidates) > self.kappa and self.under_pressure(now, host):
-            return candidates[:0]
-        return candidates
+    def admit(self, task, prompt_tokens, held_tokens, now, tel):
+        self._observe(task, prompt_tokens, now)
+        if self.new_chunks(prompt_tokens, held_tokens) <= self.kappa:
+            return True
+        return not self.under_pressure(now, tel)
 
 
 class RateAdmission(Admission):
@@ -95,12 +144,66 @@ class RateAdmission(Admission):
         self._tokens = self.burst
         self._t = 0.0
 
-    def select(self, candidates, now, host):
+    def select(self, candidates, now):
         self._tokens = min(self.burst, self._tokens + (now - self._t) * self.rate)
         self._t = now
         n = min(len(candidates), int(self._tokens // self.chunk_bytes))
         self._tokens -= n * self.chunk_bytes
         return candidates[:n]
+
+
+class DeclineReuse:
+    """Where each declined chunk is next reused, in LRU stack distance over chunk references.
+
+    Every first lookup references its prompt's chunks (one stamp per lookup). A declined chunk's
+    reuse distance is the number of distinct other chunks referenced between its decline and its
+    next reference: at `capacity` or more, a tier of `capacity` chunks would have evicted it
+    first. Counts: reused `within` the capacity, reused `beyond` it, and (so far) `never` reused.
+    """
+
+    def __init__(self, capacity_chunks: int):
+        self.capacity = capacity_chunks
+        self._last = np.full(0, -1, dtype=np.int64)  # stamp of each key's last reference
+        self._declined = np.full(0, -1, dtype=np.int64)  # stamp at decline, -1: not pending
+        self._per_stamp: list[int] = []  # keys whose last reference carries this stamp
+        self.within = 0
+        self.beyond = 0
+
+    def _grow(self, keys: np.ndarray) -> None:
+        n = int(keys.max()) + 1 if len(keys) else 0
+        if n > len(self._last):
+            k = max(n, 2 * len(self._last))
+            pad = np.full(k - len(self._last), -1, dtype=np.int64)
+            self._last = np.concatenate([self._last, pad])
+            self._declined = np.concatenate([self._declined, pad])
+
+    def reference(self, keys: np.ndarray) -> None:
+        """A first lookup of these (distinct) chunk keys."""
+        self._grow(keys)
+        stamp = len(self._per_stamp)
+        pending = keys[self._declined[keys] >= 0]
+        if len(pending):
+            # distinct keys last referenced after stamp s: suffix sums of the per-stamp counts
+            after = np.concatenate([np.cumsum(self._per_stamp[::-1])[::-1], [0]])
+            dist = after[self._declined[pending] + 1]
+            beyond = int((dist >= self.capacity).sum())
+            self.beyond += beyond
+            self.within += len(pending) - beyond
+            self._declined[pending] = -1
+        old = self._last[keys]
+        for s in old[old >= 0].tolist():
+            self._per_stamp[s] -= 1
+        self._last[keys] = stamp
+        self._per_stamp.append(len(keys))
+
+    def declined(self, keys: np.ndarray) -> None:
+        """These chunks (each referenced before) were declined."""
+        self._grow(keys)
+        self._declined[keys] = self._last[keys]
+
+    @property
+    def never(self) -> int:
+        return int((self._declined >= 0).sum())
 
 
 def make_admission(cfg) -> Admission:
@@ -110,10 +213,14 @@ def make_admission(cfg) -> Admission:
         a.name = cfg.admission
         return a
     if cfg.admission == "fixed":
-        return FixedAdmission(cfg.kappa)
+        return FixedAdmission(cfg.kappa, cfg.chunk_tokens)
     if cfg.admission == "conditioned":
         return ConditionedAdmission(
-            cfg.kappa, cfg.window_s, cfg.bytes_per_token, cfg.host_chunks * cfg.chunk_bytes
+            cfg.kappa,
+            cfg.chunk_tokens,
+            cfg.window_s,
+            cfg.bytes_per_token,
+            cfg.host_chunks * cfg.chunk_bytes,
         )
     if cfg.admission == "rate":
         return RateAdmission(cfg.rate_limit_gib_s * (1 << 30), cfg.chunk_bytes)

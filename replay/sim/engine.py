@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from replay.counters import CANONICAL_COUNTERS, COMPUTED_PREFILL_TOKENS
-from replay.sim.admission import make_admission
+from replay.sim.admission import DeclineReuse, Telemetry, make_admission
 from replay.sim.cost import CostModel
 from replay.sim.device import DeviceTier
 from replay.sim.fitted_cost import FittedCostModel, load_costs
@@ -41,6 +41,9 @@ EXTRA_COUNTERS = (
     "chunks_evicted_unread",
     "chunks_restored",
     "declined_writes",
+    "declined_reused_within",
+    "declined_reused_beyond",
+    "declined_never_reused",
     "device_evicted_blocks",
     "requests",
     "rejected_requests",
@@ -67,6 +70,7 @@ class Seq:
     anon: int = 0
     ready_at: float = 0.0
     admitted: bool = False
+    write_ok: bool = True  # the admission's decision, taken at the first lookup
     device_hit_tokens: int = 0
     host_restore_tokens: int = 0
     t_first: float | None = None
@@ -125,6 +129,7 @@ class SimEngine:
         has_host = cfg.host_chunks > 0 and self.slots is None
         self.host = HostTier(cfg.host_chunks) if has_host else None
         self.admission = make_admission(cfg)
+        self.declines = DeclineReuse(cfg.host_chunks) if self.host is not None else None
         self._rng = np.random.default_rng(cfg.seed) if cfg.jitter > 0 else None
         self.waiting: deque[Seq] = deque()
         self.running: list[Seq] = []
@@ -349,14 +354,14 @@ class SimEngine:
         r_chunks = 0  # host chunks the restore reads
         n_chunks = min(s.prompt_len, L) // self.C
         chunk_keys = s.keys[self.R - 1 : n_chunks * self.R : self.R]
-        if not s.admitted:
-            self.admission.observe_lookup(s.task, s.prompt_len, now)
-            if self.cfg.write_policy == "selective":
-                lk = self._lookups
-                for k in chunk_keys.tolist():
-                    lk[k] = lk.get(k, 0) + 1
+        if not s.admitted and self.cfg.write_policy == "selective":
+            lk = self._lookups
+            for k in chunk_keys.tolist():
+                lk[k] = lk.get(k, 0) + 1
         if self.host is not None:
             h = self.host.lookup(chunk_keys)
+            if not s.admitted:
+                self._decide(s, h * self.C, chunk_keys, now)
             r = max(0, min(h * self.C, L - 1) - d)
             if r:
                 first, last = d // self.C, (d + r - 1) // self.C
@@ -377,8 +382,7 @@ class SimEngine:
             return False  # every slot is busy
         self._allocate(need, now)
         s.held, s.anon, s.slot = 0, need, a.slot
-        if not s.admitted:
-            self.admission.observe_lookup(s.task, s.prompt_len, now)
+        # no host-write admission here: llama.cpp's RAM tier stores every finished prompt whole
         r = a.host_restore_tokens
         self._start(s, now, a.device_hit_tokens, r, 1 if r else 0)
         return True
@@ -409,6 +413,14 @@ class SimEngine:
                 self.stall_s += self.cost.transfer_s(r, r_chunks)
             s.ready_at = ready
             s.state = "loading" if ready > now else "prefill"
+
+    def _decide(self, s: Seq, held_tokens: int, chunk_keys: np.ndarray, now: float) -> None:
+        """The admission's one decision for `s` (first lookup), on the tier's live telemetry."""
+        host = self.host
+        assert host is not None and self.declines is not None
+        tel = Telemetry(host.size / host.capacity, host.last_evict_at, now)
+        s.write_ok = self.admission.admit(s.task, s.prompt_len, held_tokens, now, tel)
+        self.declines.reference(chunk_keys)
 
     # -- applying steps -------------------------------------------------------------------------
 
@@ -456,7 +468,10 @@ class SimEngine:
             if self.cfg.write_policy == "selective":
                 lk = self._lookups
                 cand = cand[[lk.get(k, 0) >= 2 for k in cand.tolist()]]
-            self._write(cand, t)
+            if s.write_ok:
+                self._write(cand, t)
+            else:
+                self._decline(cand)
 
     def _register(self, s: Seq, full_blocks: int) -> None:
         new = s.keys[s.held : full_blocks]
@@ -468,8 +483,9 @@ class SimEngine:
     def _write(self, cand: np.ndarray, now: float) -> None:
         if not len(cand) or self.host is None:
             return
-        chosen = self.admission.select(cand, now, self.host)
-        self.c["declined_writes"] += len(cand) - len(chosen)
+        chosen = self.admission.select(cand, now)
+        if len(chosen) < len(cand):
+            self._decline(cand[len(chosen) :])
         if not len(chosen):
             return
         self.host.write(chosen, now)
@@ -478,6 +494,11 @@ class SimEngine:
             self.stall_s += t
         else:
             self.link_free_at = max(now, self.link_free_at) + t
+
+    def _decline(self, keys: np.ndarray) -> None:
+        self.c["declined_writes"] += len(keys)
+        if self.declines is not None and len(keys):
+            self.declines.declined(keys)
 
     def _finish(self, s: Seq, t: float) -> None:
         self._register(s, min(s.kv // self.B, len(s.keys)))
@@ -543,6 +564,10 @@ class SimEngine:
             c["chunks_written"] = self.host.chunks_written
             c["chunks_evicted"] = self.host.chunks_evicted
             c["chunks_evicted_unread"] = self.host.chunks_evicted_unread
+        if self.declines is not None:
+            c["declined_reused_within"] = self.declines.within
+            c["declined_reused_beyond"] = self.declines.beyond
+            c["declined_never_reused"] = self.declines.never
         c["host_write_tokens"] = c["chunks_written"] * self.C
         c["host_evicted_tokens"] = c["chunks_evicted"] * self.C
         if self.slots is not None:

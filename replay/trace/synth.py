@@ -99,15 +99,21 @@ PRESETS: dict[str, SynthPreset] = {
         sources=(
             "EfficientAgent study, SWE-bench trajectories: 4,427 calls, 147M prompt tokens, mean "
             "prompt ~33K, contexts up to ~238K, 97-98% prompt reuse between consecutive calls",
-            "SWE-agent: tool runs (edit, test, search) take seconds to tens of seconds",
+            "EfficientAgent study, talk: at 5 GiB the median gap between one agent's turns is "
+            "9.0 s, about 14x the agent's own time between calls: own time median 9.0 / 14 = "
+            "0.64 s (the rest of a turn is queueing and service in the engine)",
+            "shared head: SWE-agent sends every task the same system prompt and tool "
+            "documentation; no published size, 2,000 tokens is an assumption kept below the "
+            "smallest first prompt (2,500) so token counts do not change",
         ),
         default_tasks=100,
         calls_per_task=LogNormal(median=39, sigma=0.5, lo=8, hi=220),
         first_prompt_tokens=LogNormal(median=6500, sigma=0.35, lo=2500, hi=20000),
         tool_result_tokens=LogNormal(median=300, sigma=1.2, lo=20, hi=30000),
         output_tokens=LogNormal(median=260, sigma=0.6, lo=20, hi=4000),
-        gap_s=LogNormal(median=6.0, sigma=0.9, lo=0.3, hi=120.0),
+        gap_s=LogNormal(median=0.64, sigma=0.9, lo=0.05, hi=30.0),
         max_context_tokens=238_000,
+        shared_head_tokens=2_000,
     ),
     "claude-code": SynthPreset(
         name="claude-code",

@@ -9,8 +9,17 @@ from __future__ import annotations
 from typing import Any
 
 from replay.analysis.compare import Comparison, welch_compare
-from replay.model.presets import get_hardware
-from replay.studies.efficientagent.measures import Inputs, Measured, Missing, Outcome, mean_or_none
+from replay.model.closed_form import working_set_bytes
+from replay.model.presets import get_hardware, get_model
+from replay.studies.efficientagent.measures import (
+    Est,
+    Inputs,
+    Measured,
+    Missing,
+    Outcome,
+    est_cmp,
+    est_of,
+)
 from replay.studies.efficientagent.runs import PaperRun, cmp_text, pct, stat_text
 
 # -- eight agents ------------------------------------------------------------------------------
@@ -21,20 +30,22 @@ def pool8_working_set(i: Inputs) -> Outcome:
     if pool8 is None:
         return Missing("paper-pool8")
     ws = pool8.working_set_gib()
-    return Measured("-" if ws is None else f"{ws:.2f} GiB", (ws,))
+    return Measured("-" if ws is None else f"{ws:.2f} GiB", (Est(ws),))
 
 
 def pool8_3gib(i: Inputs) -> Outcome:
+    """The finding holds when a 3 GiB tier removes at least half of the recompute."""
     pool8 = i.run("paper-pool8")
     if pool8 is None:
-        return None
+        return Missing("paper-pool8")
     c = welch_compare(
         pool8.values("computed_prefill_tokens", host_tier_gib=0),
         pool8.values("computed_prefill_tokens", host_tier_gib=3),
     )
     if c.verdict == "no data":
         return Missing("paper-pool8")
-    return Measured(f"computed prefill at 3 GiB vs none: {cmp_text(c)}", (c.rel_diff,))
+    holds = 1.0 if c.rel_diff <= -0.5 else 0.0
+    return Measured(f"computed prefill at 3 GiB vs none: {cmp_text(c)}", (Est(holds),))
 
 
 def pool8_makespan(i: Inputs) -> Outcome:
@@ -42,11 +53,11 @@ def pool8_makespan(i: Inputs) -> Outcome:
     if pool8 is None:
         return Missing("paper-pool8")
     if h20 is None:
-        return None
+        return Missing("paper-h20")
     c = welch_compare(
         h20.values("makespan_s", host_tier_gib=0), pool8.values("makespan_s", host_tier_gib=0)
     )
-    return Measured(cmp_text(c), (c.rel_diff,))
+    return Measured(cmp_text(c), (est_cmp(c),))
 
 
 # -- hardware ----------------------------------------------------------------------------------
@@ -60,7 +71,7 @@ def compute_per_byte(card: str) -> Any:
 
     def measure(_: Inputs) -> Outcome:
         cpb = get_hardware(card).compute_per_host_byte
-        return Measured(f"{cpb:,.0f}", (cpb,))
+        return Measured(f"{cpb:,.0f}", (Est(cpb),))
 
     return measure
 
@@ -86,31 +97,41 @@ def _gains(hw: PaperRun) -> dict[str, Comparison]:
     return {n: c for n in _CARDS if (c := _offload_gain(hw, n, **_bytes_only(hw))) is not None}
 
 
-def offload_gain_low(i: Inputs) -> Outcome:
-    """The offload gain (makespan saved, a positive fraction) on the two low-ratio cards."""
-    hw = i.run("paper-hardware")
-    if hw is None:
-        return Missing("paper-hardware")
-    gains = _gains(hw)
-    low = [n for n in _LOW if n in gains]
-    if not low:
-        return None
-    text = "; ".join(f"{n}: {cmp_text(gains[n])}" for n in low)
-    return Measured(text, tuple(-gains[n].rel_diff for n in low))
+def offload_ratio(card: str) -> Any:
+    """Makespan with the best tier above the working set over no tier, on `card`."""
+
+    def measure(i: Inputs) -> Outcome:
+        hw = i.run("paper-hardware")
+        if hw is None:
+            return Missing("paper-hardware")
+        c = _gains(hw).get(card)
+        if c is None:
+            return Missing(f"paper-hardware (with {card})")
+        return Measured(f"{1 + c.rel_diff:.2f} ({cmp_text(c)})", (est_cmp(c, ratio=True),))
+
+    return measure
 
 
 def offload_h800(i: Inputs) -> Outcome:
     hw = i.run("paper-hardware")
-    c = _gains(hw).get("h800") if hw is not None else None
-    return None if c is None else Measured(f"h800: {cmp_text(c)}", (c.rel_diff,))
+    if hw is None:
+        return Missing("paper-hardware")
+    c = _gains(hw).get("h800")
+    return (
+        Missing("paper-hardware (with h800)")
+        if c is None
+        else Measured(f"h800: {cmp_text(c)}", (est_cmp(c),))
+    )
 
 
 def offload_split(i: Inputs) -> Outcome:
     """Per-chunk host-link overhead at which offload stops paying, card by card; the finding is
     1 when some swept overhead makes it lose on the H800 only."""
     hw = i.run("paper-hardware")
-    if hw is None or "transfer_overhead_s" not in hw.ok.columns:
-        return None
+    if hw is None:
+        return Missing("paper-hardware")
+    if "transfer_overhead_s" not in hw.ok.columns:
+        return Missing("paper-hardware (with transfer_overhead_s swept)")
     overheads = sorted({float(x) for x in hw.ok["transfer_overhead_s"]})
     by: dict[float, dict[str, Comparison]] = {}
     for o in overheads:
@@ -131,8 +152,8 @@ def offload_split(i: Inputs) -> Outcome:
     if split:
         o = split[0]
         parts = ", ".join(f"{n} {pct(by[o][n].rel_diff)}" for n in _CARDS)
-        return Measured(f"at {o * 1e3:g} ms per chunk: {parts} ({where})", (1.0,))
-    return Measured(f"no swept overhead splits the cards ({where})", (0.0,))
+        return Measured(f"at {o * 1e3:g} ms per chunk: {parts} ({where})", (Est(1.0),))
+    return Measured(f"no swept overhead splits the cards ({where})", (Est(0.0),))
 
 
 # -- context folding ---------------------------------------------------------------------------
@@ -154,4 +175,30 @@ def folding_hit(i: Inputs) -> Outcome:
         before = hw.values("cached_tokens", **sel) / hw.values("prompt_tokens", **sel)
         if len(before):
             text = f"{pct(float(before.mean()), False)} -> {text}"
-    return Measured(f"{text} at {tier:g} GiB", (mean_or_none(hit),))
+    return Measured(f"{text} at {tier:g} GiB", (est_of(hit),))
+
+
+# -- arithmetic on the presets ------------------------------------------------------------------
+
+_MODEL, _TP = "qwen3-coder-30b-a3b", 8
+
+
+def working_set_64x64k(_: Inputs) -> Outcome:
+    """(A-1)·N·β for 64 agents at 64K tokens, per TP8 rank of the study's model."""
+    bpt = get_model(_MODEL).bytes_per_token(_TP)
+    gib = working_set_bytes(64, 64 * 1024, bpt) / (1 << 30)
+    return Measured(f"{gib:.1f} GiB", (Est(gib),))
+
+
+def load_vs_recompute(card: str, efficiency: float = 0.6) -> Any:
+    """Recomputing a token (weight FLOPs per rank at `efficiency` of peak, the simulator's
+    default) over loading its KV bytes per rank at the full host link: how much cheaper a load is."""
+
+    def measure(_: Inputs) -> Outcome:
+        m, hw = get_model(_MODEL), get_hardware(card)
+        recompute_s = m.linear_flops_per_token() / _TP / (hw.peak_flops * efficiency)
+        load_s = m.bytes_per_token(_TP) / hw.host_link_bytes_per_s
+        x = recompute_s / load_s
+        return Measured(f"{x:.1f}x (weights only, {efficiency:.0%} of peak)", (Est(x),))
+
+    return measure

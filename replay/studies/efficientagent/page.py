@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import orjson
 
 from replay.analysis.load import Results, load_results
@@ -49,7 +50,9 @@ def trace_facts(trace: Trace) -> dict[str, float | None]:
     from replay.trace.stats import trace_stats
 
     st = trace_stats(trace)
+    gaps = [c.gap_s for calls in trace.tasks.values() for c in calls[1:]]
     return {
+        "own_gap_median_s": float(np.median(gaps)) if gaps else None,
         "calls": st.calls,
         "prompt_tokens": st.prompt_tokens,
         "max_context": st.prompt_len_max,

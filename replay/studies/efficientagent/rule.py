@@ -1,9 +1,10 @@
-"""A published claim as a record, and the tests that compare our measure with its number.
+"""A published claim as a record, and the one rule that judges every claim against our number.
 
-A `Claim` says what the study said, where, the number it printed and how ours is measured; its
-`yes` and `direction` checks hold the tolerance. Every check is one of a few `Kind`s over one
-measured value, so a claim's rule is data that `replay.studies.efficientagent.verdict` evaluates
-the same way for every claim.
+The rule (stated at the top of docs/paper.md, `RULE`): a number *reproduces* when our 95% interval
+overlaps the published value (or range) widened by one tolerance, ±15% relative, or ±5 points for
+a share or a relative change; it holds in *direction* when our point estimate has the published
+sign (against the claim's no-effect value) and is within 2x of it; otherwise *no*. A claim
+without a number (a finding) reproduces when it holds in our runs, else no.
 """
 
 from __future__ import annotations
@@ -15,94 +16,73 @@ from enum import StrEnum
 
 from replay.studies.efficientagent.measures import Inputs, Outcome
 
-__all__ = ["Kind", "Check", "Claim", "Published"]
+__all__ = ["Role", "Claim", "Published", "RULE", "REL_TOL", "POINTS_TOL", "judge", "widened"]
 
 Published = float | tuple[float, float] | None
 
+REL_TOL = 0.15  # a number: its published range widened by 15% of each end
+POINTS_TOL = 0.05  # a share or a relative change (unit "fraction"): widened by 5 points
+WITHIN = 2.0  # direction: the point estimate within this factor of the published effect
 
-class Kind(StrEnum):
-    """How a check compares a measured value x with its bounds (or the published value p)."""
+RULE = (
+    "One rule, applied by code to every row: a number **reproduces** (`yes`) when our 95% "
+    "interval overlaps the published value or range widened by ±15% (relative), or by ±5 "
+    "points for a share or a relative change; it holds in **direction** when our point estimate "
+    "has the published sign (a change against no change, a ratio against 1) and is within 2x of "
+    "the published effect; otherwise **no**. A claim without a number (a finding) is `yes` when "
+    "it holds in our runs, else `no`. Only the outcomes count in the score; the inputs (what the "
+    "workload was calibrated to) and the self-consistency rows (our model against our own "
+    "simulator) are shown, judged by the same rule, and not counted."
+)
 
-    NEAR = "near"  # |x - t| <= tol * |t|, t = `low` if given, else p
-    BETWEEN = "between"  # low <= x <= high
-    INSIDE = "inside"  # low < x < high
-    IN_RANGE = "in range"  # p = (a, b): a - tol <= x <= b + tol
-    SHARE = "share"  # low * p <= x <= high * p
-    ABOVE = "above"  # x > low (p when low is None)
-    AT_LEAST = "at least"  # x >= low (p when low is None)
-    BELOW = "below"  # x < high
-    AT_MOST = "at most"  # x <= high
-    HOLDS = "holds"  # a finding measured as 1 (holds) or 0 (does not)
-    ANY = "any"  # every measured value passes
-
-
-@dataclass(frozen=True)
-class Check:
-    """One test on a measured value; `real` also asks the measured difference to be real."""
-
-    kind: Kind
-    low: float | None = None
-    high: float | None = None
-    tol: float = 0.0
-    real: bool = False
-
-    def passes(self, x: float | None, published: Published, real: bool | None = None) -> bool:
-        """Whether `x` passes (a NaN, an unknown value, passes only `ANY`)."""
-        if self.real and not real:
-            return False
-        if self.kind is Kind.ANY:
-            return True
-        if x is None or not math.isfinite(x):
-            return False
-        k = self.kind
-        if k is Kind.NEAR:
-            t = self.low if self.low is not None else _point(published)
-            return abs(x - t) <= self.tol * abs(t)
-        if k is Kind.IN_RANGE:
-            a, b = _range(published)
-            return a - self.tol <= x <= b + self.tol
-        if k is Kind.SHARE:
-            p = _point(published)
-            return _bound(self.low) * p <= x <= _bound(self.high) * p
-        if k is Kind.BETWEEN:
-            return _bound(self.low) <= x <= _bound(self.high)
-        if k is Kind.INSIDE:
-            return _bound(self.low) < x < _bound(self.high)
-        if k is Kind.ABOVE:
-            return x > (self.low if self.low is not None else _point(published))
-        if k is Kind.AT_LEAST:
-            return x >= (self.low if self.low is not None else _point(published))
-        if k is Kind.BELOW:
-            return x < _bound(self.high)
-        if k is Kind.AT_MOST:
-            return x <= _bound(self.high)
-        return x == 1.0  # Kind.HOLDS
+YES, DIRECTION, NO = "yes", "direction", "no"
 
 
-def _point(p: Published) -> float:
-    if not isinstance(p, (int, float)):
-        raise ValueError(f"this check needs a published number, not {p!r}")
-    return float(p)
+class Role(StrEnum):
+    """What a row is evidence of: only outcomes are counted."""
+
+    INPUT = "input"
+    OUTCOME = "outcome"
+    SELF = "self-consistency"
 
 
-def _range(p: Published) -> tuple[float, float]:
-    if not isinstance(p, tuple):
-        raise ValueError(f"this check needs a published range, not {p!r}")
-    return p
+def widened(value: Published, unit: str) -> tuple[float, float]:
+    """The published value or range widened by the rule's one tolerance."""
+    if value is None:
+        raise ValueError("a finding has no number to widen")
+    a, b = value if isinstance(value, tuple) else (value, value)
+    if unit == "fraction":
+        return a - POINTS_TOL, b + POINTS_TOL
+    return a - REL_TOL * abs(a), b + REL_TOL * abs(b)
 
 
-def _bound(b: float | None) -> float:
-    if b is None:
-        raise ValueError("this check needs both bounds")
-    return b
+def judge(
+    value: Published, unit: str, null: float | None, point: float, low: float, high: float
+) -> str:
+    """The rule on one measured quantity: `point` with 95% interval [`low`, `high`]."""
+    if not all(math.isfinite(x) for x in (point, low, high)):
+        return NO
+    if value is None:  # a finding, measured as 1 (holds) or 0
+        return YES if point == 1.0 else NO
+    a, b = widened(value, unit)
+    if low <= b and high >= a:
+        return YES
+    p = value[0] if isinstance(value, tuple) and math.isinf(value[1]) else value
+    p = (p[0] + p[1]) / 2 if isinstance(p, tuple) else p
+    base = 0.0 if null is None else null
+    effect, ours = p - base, point - base
+    # same sign and within 2x: the ratio of the effects lies in [1/2, 2]
+    if effect and 1 / WITHIN <= ours / effect <= WITHIN:
+        return DIRECTION
+    return NO
 
 
 @dataclass(frozen=True)
 class Claim:
     """One published claim: `said` (what the study says) and `source` (where), `value` as printed
-    (a number, a (low, high) range, or None for a claim with no number) in `unit`; `measure`
-    gives ours; `yes` decides whether the number reproduces, `direction` (when `yes` fails)
-    whether the qualitative claim still holds; `note` is printed beside the verdict."""
+    (a number, a (low, high) range, or None for a finding with no number) in `unit`; `null` is
+    the no-effect value its direction is read against (0 for a change, 1 for a ratio, None for a
+    level); `measure` gives ours; `role` says whether the row counts; `note` explains a gap."""
 
     key: str
     section: str
@@ -111,8 +91,8 @@ class Claim:
     unit: str
     source: str
     measure: Callable[[Inputs], Outcome]
-    yes: Check | None = None
-    direction: Check | None = None
+    role: Role = Role.OUTCOME
+    null: float | None = None
     note: str = ""
 
     @property
@@ -121,6 +101,8 @@ class Claim:
         v = self.value
         if v is None:
             return "holds"
+        if isinstance(v, tuple) and math.isinf(v[1]):
+            return f"> {_num(v[0], self.unit)}"
         if isinstance(v, tuple):
             return f"{_num(v[0], self.unit)}-{_num(v[1], self.unit)}"
         return _num(v, self.unit)
@@ -137,6 +119,6 @@ def _num(x: float, unit: str) -> str:
         return f"{x:.2f}"
     if unit == "x":
         return f"{x:g}x"
-    if unit in ("GiB", "min"):
+    if unit in ("GiB", "min", "s"):
         return f"{x:g} {unit}"
     return f"{x:,.0f}" if x >= 100 else f"{x:g}"

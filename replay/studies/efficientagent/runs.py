@@ -14,9 +14,9 @@ import numpy as np
 import pandas as pd
 
 from replay.analysis.aggregate import describe
-from replay.analysis.compare import Comparison, welch_compare
+from replay.analysis.compare import Comparison
 from replay.analysis.derived import add_derived
-from replay.analysis.load import Results
+from replay.analysis.load import Results, load_calls
 from replay.analysis.predictions import prediction_table
 from replay.analysis.words import fmt_interval
 
@@ -24,6 +24,7 @@ __all__ = ["PAPER_EXPERIMENTS", "PaperRun", "pct", "stat_text", "cmp_text", "rat
 
 PAPER_EXPERIMENTS = (
     "paper-h20",
+    "paper-chunk256",
     "paper-pool8",
     "paper-hardware",
     "paper-folding",
@@ -61,6 +62,24 @@ class PaperRun:
             return np.empty(0)
         arr = pd.to_numeric(sel[metric], errors="coerce").to_numpy(dtype=float)
         return arr[np.isfinite(arr)]
+
+    def turn_gaps(self, **where: Any) -> np.ndarray:
+        """Seconds between one task's consecutive sends, over the runs at `where` (calls.jsonl)."""
+        sel = self.ok
+        for k, v in where.items():
+            if k == "host_tier_gib":
+                v = float(v) * self.tier_scale
+            if k not in sel.columns:
+                return np.empty(0)
+            sel = sel[np.array([_same(x, v) for x in sel[k]], dtype=bool)]
+        gaps = []
+        for run_dir in sel.get("run_dir", []):
+            calls = load_calls(run_dir)
+            if not {"task", "t_send"} <= set(calls.columns):
+                continue
+            for _, t in calls.sort_values("t_send").groupby("task")["t_send"]:
+                gaps.append(np.diff(t.to_numpy(dtype=float)))
+        return np.concatenate(gaps) if gaps else np.empty(0)
 
     def prediction(self, quantity: str, tier_gib: float, **group: Any) -> float | None:
         p = self.predicted
@@ -118,10 +137,8 @@ def cmp_text(c: Comparison) -> str:
     return f"{pct(c.rel_diff)} [{pct(c.rel_low)}, {pct(c.rel_high)}], {c.verdict}"
 
 
-def ratio_text(num: np.ndarray, den: np.ndarray) -> tuple[str, float | None]:
-    """Mean ratio of two points' means, with the Welch interval of the difference."""
-    c = welch_compare(den, num)
+def ratio_text(c: Comparison) -> str:
+    """The ratio b / a of a comparison's means, with the Welch interval of the difference."""
     if c.verdict == "no data":
-        return "-", None
-    ratio = 1 + c.rel_diff
-    return f"{ratio:.3f} ({cmp_text(c)})", ratio
+        return "-"
+    return f"{1 + c.rel_diff:.3f} ({cmp_text(c)})"
