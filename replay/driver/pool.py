@@ -43,6 +43,11 @@ Sink = Callable[[dict[str, Any]], None]
 # Python 3.11 reads an enum member off its class through a descriptor (~0.4 us): once per call
 _OK, _ERROR = CallStatus.OK, CallStatus.ERROR
 _LAG_PERIOD_S = 0.05  # event-loop lag probe interval (real loops only)
+# Bodies built ahead of their deadline (transports with `prepare`, real loops only): a call's
+# body is built this long before its send (at once when its gap is shorter), at most this many
+# held at a time; past the cap a body is built at its send, as without preparation.
+_AHEAD_S = 0.25
+_AHEAD_MAX = 256
 
 
 @dataclass
@@ -209,6 +214,13 @@ class _Pool:
         self._hurry = self.loop.create_future()  # set: in-flight calls get no more grace
         self._sem = asyncio.Semaphore(options.max_inflight) if options.max_inflight else None
         self._rate = _make_rate_limiter(options.max_rps, self.loop) if options.max_rps else None
+        # the simulator's transport has nothing to build, and its virtual loop must see the same
+        # timers as before (one per call at its deadline) to give the same records
+        prepare = getattr(transport, "prepare", None)
+        self._build_ahead: Callable[[CompletionRequest], None] | None = (
+            None if self.virtual else prepare
+        )
+        self._ahead = 0  # bodies built and not yet sent
 
     # --- lifecycle -------------------------------------------------------------------------
 
@@ -343,14 +355,24 @@ class _Pool:
 
     async def _call(self, r: Ready) -> None:
         """Send one ready call at its ready time and hand its end back to the rules."""
-        await _sleep_until(self.loop, r.t_s)
-        if self.stopping:
-            return
         c = r.call
-        if c is None:  # a slot freed after its task's tail gap
-            self._go(self.rules.free(r.slot, r.t_s))
-            return
-        row = await self._send(self._step(c.task, c.index), r.slot, r.t_s)
+        if c is None or self._build_ahead is None:
+            await _sleep_until(self.loop, r.t_s)
+            if self.stopping:
+                return
+            if c is None:  # a slot freed after its task's tail gap
+                self._go(self.rules.free(r.slot, r.t_s))
+                return
+            req = self._request(self._step(c.task, c.index))
+        else:
+            await _sleep_until(self.loop, r.t_s - _AHEAD_S)
+            if self.stopping:
+                return
+            req = self._request(self._step(c.task, c.index))
+            await self._until_deadline(req, r.t_s)
+            if self.stopping:
+                return
+        row = await self._send(req, r.slot, r.t_s)
         if self.stopping:
             return
         abort = row["status"] != _OK and self.opt.on_error == "abort-task"
@@ -362,11 +384,14 @@ class _Pool:
     # --- open loop -------------------------------------------------------------------------
 
     async def _dispatch_open_loop(self) -> None:
+        """Walk the arrivals in order; each call's prompt is expanded (and, where the transport
+        can, its body built) `_AHEAD_S` before its arrival, and sent at its arrival."""
+        ahead = 0.0 if self._build_ahead is None else _AHEAD_S
         steps: dict[str, Any] = {}
         left = {t: len(cs) for t, cs in self.trace.tasks.items()}
         for c, at_s in arrivals(self.trace, self.opt.gap_scale):
             t_ready = self.t0 + at_s
-            await _sleep_until(self.loop, t_ready)
+            await _sleep_until(self.loop, t_ready - ahead)
             if self.stopping:
                 return
             gen = steps.get(c.task)
@@ -376,10 +401,27 @@ class _Pool:
             left[c.task] -= 1
             if not left[c.task]:
                 del steps[c.task]
-            self._spawn(self._send_open(step, t_ready))
+            self._spawn(self._send_open(self._request(step), t_ready))
 
-    async def _send_open(self, step: Step, t_ready: float) -> None:
-        await self._send(step, -1, t_ready)
+    async def _send_open(self, req: CompletionRequest, t_ready: float) -> None:
+        if self._build_ahead is not None:
+            await self._until_deadline(req, t_ready)
+            if self.stopping:
+                return
+        await self._send(req, -1, t_ready)
+
+    async def _until_deadline(self, req: CompletionRequest, t_ready: float) -> None:
+        """Build `req`'s body now if the window ahead has room, then wait for its deadline: the
+        send at the deadline then only writes bytes."""
+        built = self._ahead < _AHEAD_MAX and self._build_ahead is not None
+        if built:
+            self._build_ahead(req)  # type: ignore[misc]
+            self._ahead += 1
+        try:
+            await _sleep_until(self.loop, t_ready)
+        finally:
+            if built:
+                self._ahead -= 1
 
     # --- one call --------------------------------------------------------------------------
 
@@ -403,8 +445,7 @@ class _Pool:
             extras=extras,
         )
 
-    async def _send(self, step: Step, slot: int, t_ready: float) -> dict[str, Any]:
-        req = self._request(step)
+    async def _send(self, req: CompletionRequest, slot: int, t_ready: float) -> dict[str, Any]:
         if self._sem is not None:
             async with self._sem:
                 return await self._send_now(req, slot, t_ready)
