@@ -43,11 +43,12 @@ Sink = Callable[[dict[str, Any]], None]
 # Python 3.11 reads an enum member off its class through a descriptor (~0.4 us): once per call
 _OK, _ERROR = CallStatus.OK, CallStatus.ERROR
 _LAG_PERIOD_S = 0.05  # event-loop lag probe interval (real loops only)
-# Bodies built ahead of their deadline (transports with `prepare`, real loops only): a call's
-# body is built this long before its send (at once when its gap is shorter), at most this many
-# held at a time; past the cap a body is built at its send, as without preparation.
+# Bodies built ahead of their deadline (transports with `prepare`, real loops only): a closed-loop
+# call's body is built as soon as the call is scheduled (its gap then runs), an open-loop call's
+# `_AHEAD_S` before its arrival, while the bodies held stay under `_AHEAD_TOKENS` prompt tokens
+# (~10 bytes a token: the ids and their JSON); past that a body is built at its send, as before.
 _AHEAD_S = 0.25
-_AHEAD_MAX = 256
+_AHEAD_TOKENS = 8_000_000
 
 
 @dataclass
@@ -220,7 +221,7 @@ class _Pool:
         self._build_ahead: Callable[[CompletionRequest], None] | None = (
             None if self.virtual else prepare
         )
-        self._ahead = 0  # bodies built and not yet sent
+        self._ahead_tokens = 0  # prompt tokens of the bodies built and not yet sent
 
     # --- lifecycle -------------------------------------------------------------------------
 
@@ -356,22 +357,19 @@ class _Pool:
     async def _call(self, r: Ready) -> None:
         """Send one ready call at its ready time and hand its end back to the rules."""
         c = r.call
-        if c is None or self._build_ahead is None:
-            await _sleep_until(self.loop, r.t_s)
-            if self.stopping:
-                return
-            if c is None:  # a slot freed after its task's tail gap
-                self._go(self.rules.free(r.slot, r.t_s))
-                return
+        req = None
+        if c is not None and self._build_ahead is not None:
             req = self._request(self._step(c.task, c.index))
+            await self._until_deadline(req, r.t_s, self._build(req))
         else:
-            await _sleep_until(self.loop, r.t_s - _AHEAD_S)
-            if self.stopping:
-                return
+            await _sleep_until(self.loop, r.t_s)
+        if self.stopping:
+            return
+        if c is None:  # a slot freed after its task's tail gap
+            self._go(self.rules.free(r.slot, r.t_s))
+            return
+        if req is None:
             req = self._request(self._step(c.task, c.index))
-            await self._until_deadline(req, r.t_s)
-            if self.stopping:
-                return
         row = await self._send(req, r.slot, r.t_s)
         if self.stopping:
             return
@@ -401,27 +399,37 @@ class _Pool:
             left[c.task] -= 1
             if not left[c.task]:
                 del steps[c.task]
-            self._spawn(self._send_open(self._request(step), t_ready))
+            req = self._request(step)
+            if self._build_ahead is None:
+                self._spawn(self._send_open(req, t_ready, False))
+                continue
+            self._spawn(self._send_open(req, t_ready, self._build(req)))
+            # let the sends already due go first: building runs ahead of time, not ahead of them
+            await asyncio.sleep(0)
 
-    async def _send_open(self, req: CompletionRequest, t_ready: float) -> None:
-        if self._build_ahead is not None:
-            await self._until_deadline(req, t_ready)
-            if self.stopping:
-                return
+    async def _send_open(self, req: CompletionRequest, t_ready: float, built: bool) -> None:
+        await self._until_deadline(req, t_ready, built)  # at once where the dispatcher waited
+        if self.stopping:
+            return
         await self._send(req, -1, t_ready)
 
-    async def _until_deadline(self, req: CompletionRequest, t_ready: float) -> None:
-        """Build `req`'s body now if the window ahead has room, then wait for its deadline: the
-        send at the deadline then only writes bytes."""
-        built = self._ahead < _AHEAD_MAX and self._build_ahead is not None
-        if built:
-            self._build_ahead(req)  # type: ignore[misc]
-            self._ahead += 1
+    def _build(self, req: CompletionRequest) -> bool:
+        """Build `req`'s body now if the window ahead has room; True if built."""
+        n = len(req.prompt)
+        if self._build_ahead is None or self._ahead_tokens + n > _AHEAD_TOKENS:
+            return False
+        self._build_ahead(req)
+        self._ahead_tokens += n
+        return True
+
+    async def _until_deadline(self, req: CompletionRequest, t_ready: float, built: bool) -> None:
+        """Wait for `req`'s deadline, its body (if `built`) held in the window ahead until then:
+        the send at the deadline then only writes bytes."""
         try:
             await _sleep_until(self.loop, t_ready)
         finally:
             if built:
-                self._ahead -= 1
+                self._ahead_tokens -= len(req.prompt)
 
     # --- one call --------------------------------------------------------------------------
 
