@@ -3,8 +3,12 @@
 `synth --preset swe-agent` (~4,400 calls, ~143-147M prompt tokens), pool 16, through the driver's
 agent pool on the virtual-time loop, at six host-tier sizes. Per point: wall seconds, CPU seconds,
 simulated makespan, and `sim_speedup_vs_real` = simulated makespan / wall (the baseline is running
-the same replay in real time). Goals: >= 1,000x and < 10 s a point. Also renders the explainer
-figure (session vs block eviction, six sessions) to results/figures/sim_explainer_eviction.png.
+the same replay in real time). Each point runs BENCH_SIM_REPEATS (>= 3) times, the repetitions
+interleaved over the points; a point's figures are the median [min-max] of its repetitions, and
+`sim_speedup_vs_real` is the worst point's median (the goal checks it). `sim_speedup_vs_cpu`
+(simulated makespan / CPU seconds) is beside it: on a shared machine wall time also counts other
+processes. Goals: >= 1,000x and < 10 s a point. Also renders the explainer figure (session vs
+block eviction, six sessions) to results/figures/sim_explainer_eviction.png.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ import os
 import time
 from pathlib import Path
 
+from benchmarks.common import load_avg_1m, spread
 from replay.clock import VirtualTimeLoop
 from replay.driver.options import RunOptions
 from replay.driver.pool import replay
@@ -22,6 +27,7 @@ from replay.sim.transport import SimTransport
 from replay.trace.synth import synth
 
 POOL = int(os.environ.get("BENCH_SIM_POOL", 16))
+REPEATS = max(3, int(os.environ.get("BENCH_SIM_REPEATS", 3)))
 TIERS_GIB = [float(x) for x in os.environ.get("BENCH_SIM_TIERS", "0,2.5,5,10,20,40").split(",")]
 CONFIG = SimConfig(hardware="h20", model="qwen3-coder-30b-a3b", tp=8, device_kv_gib=8.0)
 FIGURE = Path("results/figures/sim_explainer_eviction.png")
@@ -45,12 +51,27 @@ def _point(trace, cfg: SimConfig) -> dict:
         "cpu_s": round(cpu, 3),
         "makespan_s": round(makespan, 1),
         "sim_speedup_vs_real": round(makespan / wall, 1),
+        "sim_speedup_vs_cpu": round(makespan / cpu, 1),
+        "load_avg_1m": load_avg_1m(),
         "computed_prefill_tokens": c["computed_prefill_tokens"],
         "host_restore_tokens": c["host_restore_tokens"],
         "device_hit_tokens": c["device_hit_tokens"],
         "host_write_tokens": c["host_write_tokens"],
         "preemptions": c["preemptions"],
     }
+
+
+def _summary(reps: list[dict]) -> dict:
+    """One point over its repetitions: the simulated figures (equal in every repetition: same
+    seed) and the timings' median, with `median [min-max]` of the speedups and the load."""
+    out = dict(reps[0])
+    for key in ("wall_s", "cpu_s", "sim_speedup_vs_real", "sim_speedup_vs_cpu"):
+        sp = spread([r[key] for r in reps], 3 if key.endswith("_s") else 1)
+        out[key] = sp["median"]
+        if key.startswith("sim_"):
+            out[f"{key}_spread"] = sp["text"]
+    out["load_avg_1m"] = [r["load_avg_1m"] for r in reps]
+    return out
 
 
 def explainer_figure(path: Path = FIGURE) -> Path:
@@ -98,20 +119,31 @@ def run() -> dict:
     t0 = time.perf_counter()
     trace = synth("swe-agent", seed=0)
     synth_s = time.perf_counter() - t0
-    points = [_point(trace, dataclasses.replace(CONFIG, host_tier_gib=g)) for g in TIERS_GIB]
-    worst = min(p["sim_speedup_vs_real"] for p in points)
+    reps: list[list[dict]] = [[] for _ in TIERS_GIB]
+    for _ in range(REPEATS):
+        for i, g in enumerate(TIERS_GIB):
+            reps[i].append(_point(trace, dataclasses.replace(CONFIG, host_tier_gib=g)))
+    points = [_summary(r) for r in reps]
+    worst = min(points, key=lambda p: p["sim_speedup_vs_real"])
     fig = explainer_figure()
     return {
         "trace": {"calls": len(trace), "prompt_tokens": trace.prompt_tokens, "synth_s": synth_s},
         "pool": POOL,
+        "repeats": REPEATS,
         "config": {k: v for k, v in CONFIG.to_dict().items() if k != "host_tier_gib"},
         "points": points,
-        "sim_speedup_vs_real": worst,
+        "sim_speedup_vs_real": worst["sim_speedup_vs_real"],
+        "sim_speedup_vs_real_spread": worst["sim_speedup_vs_real_spread"],
+        "sim_speedup_vs_cpu": min(p["sim_speedup_vs_cpu"] for p in points),
         "sim_speedup_vs_real_median": sorted(p["sim_speedup_vs_real"] for p in points)[
             len(points) // 2
         ],
         "max_wall_s_per_point": max(p["wall_s"] for p in points),
         "goal_speedup": 1000,
+        "goals": {
+            "sim_speedup_vs_real>=1000": worst["sim_speedup_vs_real"] >= 1000,
+            "sim_speedup_vs_real>=5000": worst["sim_speedup_vs_real"] >= 5000,
+        },
         "goal_wall_s_per_point": 10,
         "explainer_figure": str(fig),
     }

@@ -19,6 +19,7 @@ from replay.driver.http_common import (
     ErrorMap,
     HttpOptions,
     PromptEncoder,
+    ReadyBodies,
     SseAccumulator,
     StaleConnection,
     TrackedBody,
@@ -57,6 +58,7 @@ class AiohttpTransport:
         self.options = options
         self._url = options.root + COMPLETIONS_PATH
         self._encoder = PromptEncoder() if incremental else None
+        self._bodies = ReadyBodies(self._body)
         self._session: aiohttp.ClientSession | None = None
 
     async def start(self) -> None:
@@ -97,7 +99,16 @@ class AiohttpTransport:
                 asyncio.gather(*(one() for _ in range(n))), self.options.connect_timeout_s
             )
 
+    def prepare(self, request: CompletionRequest) -> None:
+        """Build the request body now, for `complete` to only send it."""
+        self._bodies.prepare(request)
+
+    def _body(self, request: CompletionRequest) -> bytes:
+        parts = self._encoder.encode(request.task, request.prompt) if self._encoder else None
+        return build_body(self.options.model, request, parts)
+
     async def close(self) -> None:
+        self._bodies.clear()
         if self._session is not None:
             await self._session.close()
             self._session = None
@@ -105,8 +116,7 @@ class AiohttpTransport:
     async def complete(self, request: CompletionRequest) -> CompletionResult:
         if self._session is None:
             raise RuntimeError("AiohttpTransport.complete() before start()")
-        parts = self._encoder.encode(request.task, request.prompt) if self._encoder else None
-        body = build_body(self.options.model, request, parts)
+        body = self._bodies.take(request)
         try:
             return await self._post(body)
         except StaleConnection:

@@ -11,7 +11,7 @@ import errno
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Generic, TypeVar
 from urllib.parse import urlsplit
 
 import numpy as np
@@ -31,6 +31,7 @@ __all__ = [
     "prompt_json",
     "build_body",
     "body_parts",
+    "ReadyBodies",
     "SseAccumulator",
     "http_status_error",
     "refused",
@@ -180,6 +181,39 @@ def body_parts(
         prompt = encode_prompt(request.prompt)
     head = orjson.dumps(fields, option=_NP)
     return [memoryview(head)[:-1], b',"prompt":', *prompt, b"]}"]
+
+
+Body = TypeVar("Body")
+
+
+class ReadyBodies(Generic[Body]):
+    """Request bodies built ahead of their send, while the call's gap runs, held by call.
+
+    `prepare` builds a body (prompt ids encoded, JSON laid out) and keeps it; `take` at the
+    deadline hands it over, or builds it then when none was prepared, so the send only writes
+    bytes. The agent pool decides how many are held at once (a bounded window ahead); `clear`
+    drops those of calls that were never sent (a stopped run).
+    """
+
+    def __init__(self, build: Callable[[CompletionRequest], Body]) -> None:
+        self._build = build
+        self._ready: dict[tuple[str, int], Body] = {}
+
+    def prepare(self, request: CompletionRequest) -> None:
+        self._ready[(request.task, request.call)] = self._build(request)
+
+    def take(self, request: CompletionRequest) -> Body:
+        body = self._ready.pop((request.task, request.call), None)
+        return self._build(request) if body is None else body
+
+    def __len__(self) -> int:
+        return len(self._ready)
+
+    def __contains__(self, request: CompletionRequest) -> bool:
+        return (request.task, request.call) in self._ready
+
+    def clear(self) -> None:
+        self._ready.clear()
 
 
 class SseAccumulator:

@@ -21,6 +21,7 @@ from replay.driver.http_common import (
     ErrorMap,
     HttpOptions,
     PromptEncoder,
+    ReadyBodies,
     SseAccumulator,
     StaleConnection,
     TrackedBody,
@@ -57,6 +58,7 @@ class HttpxTransport:
         self.options = options
         self._url = options.root + COMPLETIONS_PATH
         self._encoder = PromptEncoder() if incremental else None
+        self._bodies = ReadyBodies(self._body)
         self._client: httpx.AsyncClient | None = None
 
     async def start(self) -> None:
@@ -88,7 +90,16 @@ class HttpxTransport:
                 asyncio.gather(*(one() for _ in range(n))), self.options.connect_timeout_s
             )
 
+    def prepare(self, request: CompletionRequest) -> None:
+        """Build the request body now, for `complete` to only send it."""
+        self._bodies.prepare(request)
+
+    def _body(self, request: CompletionRequest) -> bytes:
+        parts = self._encoder.encode(request.task, request.prompt) if self._encoder else None
+        return build_body(self.options.model, request, parts)
+
     async def close(self) -> None:
+        self._bodies.clear()
         if self._client is not None:
             await self._client.aclose()
             self._client = None
@@ -96,8 +107,7 @@ class HttpxTransport:
     async def complete(self, request: CompletionRequest) -> CompletionResult:
         if self._client is None:
             raise RuntimeError("HttpxTransport.complete() before start()")
-        parts = self._encoder.encode(request.task, request.prompt) if self._encoder else None
-        body = build_body(self.options.model, request, parts)
+        body = self._bodies.take(request)
         try:
             return await self._post(body)
         except StaleConnection:

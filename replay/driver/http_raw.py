@@ -29,6 +29,7 @@ from replay.driver.http_common import (
     ErrorMap,
     HttpOptions,
     PromptEncoder,
+    ReadyBodies,
     SseAccumulator,
     StaleConnection,
     bad_response,
@@ -480,6 +481,7 @@ class RawTransport:
     def __init__(self, options: HttpOptions, *, incremental: bool = True) -> None:
         self.options = options
         self._encoder = PromptEncoder() if incremental else None
+        self._bodies = ReadyBodies(self._request_chunks)
         self._pool: RawConnectionPool | None = None
         self._post_head = b""
         self._get_models = b""
@@ -524,19 +526,27 @@ class RawTransport:
             pool.release(conn)
 
     async def close(self) -> None:
+        self._bodies.clear()
         if self._pool is not None:
             await self._pool.close()
             self._pool = None
 
-    async def complete(self, request: CompletionRequest) -> CompletionResult:
-        if self._pool is None:
-            raise RuntimeError("RawTransport.complete() before start()")
+    def prepare(self, request: CompletionRequest) -> None:
+        """Build the request's bytes now (head and body parts), for `complete` to only write."""
+        self._bodies.prepare(request)
+
+    def _request_chunks(self, request: CompletionRequest) -> list:
         parts = self._encoder.encode(request.task, request.prompt) if self._encoder else None
         body = body_parts(self.options.model, request, parts)
         length = 0
         for b in body:
             length += len(b)
-        chunks = [self._post_head + b"%d\r\n\r\n" % length, *body]
+        return [self._post_head + b"%d\r\n\r\n" % length, *body]
+
+    async def complete(self, request: CompletionRequest) -> CompletionResult:
+        if self._pool is None:
+            raise RuntimeError("RawTransport.complete() before start()")
+        chunks = self._bodies.take(request)
         deadline_s = self._pool.loop.time() + self.options.request_timeout_s
         try:
             return await self._send(chunks, deadline_s)

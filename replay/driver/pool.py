@@ -43,6 +43,12 @@ Sink = Callable[[dict[str, Any]], None]
 # Python 3.11 reads an enum member off its class through a descriptor (~0.4 us): once per call
 _OK, _ERROR = CallStatus.OK, CallStatus.ERROR
 _LAG_PERIOD_S = 0.05  # event-loop lag probe interval (real loops only)
+# Bodies built ahead of their deadline (transports with `prepare`, real loops only): a closed-loop
+# call's body is built as soon as the call is scheduled (its gap then runs), an open-loop call's
+# `_AHEAD_S` before its arrival, while the bodies held stay under `_AHEAD_TOKENS` prompt tokens
+# (~10 bytes a token: the ids and their JSON); past that a body is built at its send, as before.
+_AHEAD_S = 0.25
+_AHEAD_TOKENS = 8_000_000
 
 
 @dataclass
@@ -209,6 +215,13 @@ class _Pool:
         self._hurry = self.loop.create_future()  # set: in-flight calls get no more grace
         self._sem = asyncio.Semaphore(options.max_inflight) if options.max_inflight else None
         self._rate = _make_rate_limiter(options.max_rps, self.loop) if options.max_rps else None
+        # the simulator's transport has nothing to build, and its virtual loop must see the same
+        # timers as before (one per call at its deadline) to give the same records
+        prepare = getattr(transport, "prepare", None)
+        self._build_ahead: Callable[[CompletionRequest], None] | None = (
+            None if self.virtual else prepare
+        )
+        self._ahead_tokens = 0  # prompt tokens of the bodies built and not yet sent
 
     # --- lifecycle -------------------------------------------------------------------------
 
@@ -343,14 +356,21 @@ class _Pool:
 
     async def _call(self, r: Ready) -> None:
         """Send one ready call at its ready time and hand its end back to the rules."""
-        await _sleep_until(self.loop, r.t_s)
+        c = r.call
+        req = None
+        if c is not None and self._build_ahead is not None:
+            req = self._request(self._step(c.task, c.index))
+            await self._until_deadline(req, r.t_s, self._build(req))
+        else:
+            await _sleep_until(self.loop, r.t_s)
         if self.stopping:
             return
-        c = r.call
         if c is None:  # a slot freed after its task's tail gap
             self._go(self.rules.free(r.slot, r.t_s))
             return
-        row = await self._send(self._step(c.task, c.index), r.slot, r.t_s)
+        if req is None:
+            req = self._request(self._step(c.task, c.index))
+        row = await self._send(req, r.slot, r.t_s)
         if self.stopping:
             return
         abort = row["status"] != _OK and self.opt.on_error == "abort-task"
@@ -362,11 +382,14 @@ class _Pool:
     # --- open loop -------------------------------------------------------------------------
 
     async def _dispatch_open_loop(self) -> None:
+        """Walk the arrivals in order; each call's prompt is expanded (and, where the transport
+        can, its body built) `_AHEAD_S` before its arrival, and sent at its arrival."""
+        ahead = 0.0 if self._build_ahead is None else _AHEAD_S
         steps: dict[str, Any] = {}
         left = {t: len(cs) for t, cs in self.trace.tasks.items()}
         for c, at_s in arrivals(self.trace, self.opt.gap_scale):
             t_ready = self.t0 + at_s
-            await _sleep_until(self.loop, t_ready)
+            await _sleep_until(self.loop, t_ready - ahead)
             if self.stopping:
                 return
             gen = steps.get(c.task)
@@ -376,10 +399,37 @@ class _Pool:
             left[c.task] -= 1
             if not left[c.task]:
                 del steps[c.task]
-            self._spawn(self._send_open(step, t_ready))
+            req = self._request(step)
+            if self._build_ahead is None:
+                self._spawn(self._send_open(req, t_ready, False))
+                continue
+            self._spawn(self._send_open(req, t_ready, self._build(req)))
+            # let the sends already due go first: building runs ahead of time, not ahead of them
+            await asyncio.sleep(0)
 
-    async def _send_open(self, step: Step, t_ready: float) -> None:
-        await self._send(step, -1, t_ready)
+    async def _send_open(self, req: CompletionRequest, t_ready: float, built: bool) -> None:
+        await self._until_deadline(req, t_ready, built)  # at once where the dispatcher waited
+        if self.stopping:
+            return
+        await self._send(req, -1, t_ready)
+
+    def _build(self, req: CompletionRequest) -> bool:
+        """Build `req`'s body now if the window ahead has room; True if built."""
+        n = len(req.prompt)
+        if self._build_ahead is None or self._ahead_tokens + n > _AHEAD_TOKENS:
+            return False
+        self._build_ahead(req)
+        self._ahead_tokens += n
+        return True
+
+    async def _until_deadline(self, req: CompletionRequest, t_ready: float, built: bool) -> None:
+        """Wait for `req`'s deadline, its body (if `built`) held in the window ahead until then:
+        the send at the deadline then only writes bytes."""
+        try:
+            await _sleep_until(self.loop, t_ready)
+        finally:
+            if built:
+                self._ahead_tokens -= len(req.prompt)
 
     # --- one call --------------------------------------------------------------------------
 
@@ -403,8 +453,7 @@ class _Pool:
             extras=extras,
         )
 
-    async def _send(self, step: Step, slot: int, t_ready: float) -> dict[str, Any]:
-        req = self._request(step)
+    async def _send(self, req: CompletionRequest, slot: int, t_ready: float) -> dict[str, Any]:
         if self._sem is not None:
             async with self._sem:
                 return await self._send_now(req, slot, t_ready)

@@ -1,0 +1,128 @@
+"""Request bodies are built while a call's gap runs, not at its deadline, within a bounded window.
+
+Over real loopback: each transport is wrapped only to note when the pool asked it to build a body
+and whether the body was ready when the call was sent; the server checks what arrived.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+import pytest
+
+from replay.driver import pool as pool_mod
+from replay.driver.http import TRANSPORTS
+from replay.driver.http_common import HttpOptions, ReadyBodies, body_parts
+from replay.driver.options import RunOptions
+from replay.driver.pool import replay
+from replay.protocol import CompletionRequest
+from replay.trace.model import Call, Trace, TraceHeader
+from tests.servers import FaultServer
+
+
+def _watched(name: str, url: str):
+    """The named transport, noting each `prepare` and each send (loop time, body ready?)."""
+
+    class Watched(TRANSPORTS[name]):  # type: ignore[misc, valid-type]
+        def __init__(self) -> None:
+            super().__init__(HttpOptions(url, model="m", limit=8, request_timeout_s=10))
+            self.prepared: dict[tuple[str, int], float] = {}
+            self.sent: dict[tuple[str, int], tuple[float, bool]] = {}
+            self.most_held = 0
+
+        def prepare(self, request: CompletionRequest) -> None:
+            super().prepare(request)
+            self.prepared[(request.task, request.call)] = asyncio.get_running_loop().time()
+            self.most_held = max(self.most_held, len(self._bodies))
+
+        async def complete(self, request: CompletionRequest):
+            now = asyncio.get_running_loop().time()
+            self.sent[(request.task, request.call)] = (now, request in self._bodies)
+            return await super().complete(request)
+
+    return Watched()
+
+
+def _closed(tasks: int, calls: int, gap_s: float) -> Trace:
+    rng = np.random.default_rng(5)
+    out = []
+    for t in range(tasks):
+        ctx = 0
+        for i in range(calls):
+            new = rng.integers(0, 1000, 300 if i == 0 else 40, dtype=np.int32)
+            out.append(Call(f"t{t}", i, gap_s, ctx, new, ctx + len(new), 3))
+            ctx += len(new) + 3
+    return Trace(TraceHeader(vocab_size=1000), out)
+
+
+def _open(calls: int, after_s: float, span_s: float) -> Trace:
+    """One call at once, then `calls` arriving from `after_s` on within `span_s`."""
+    rng = np.random.default_rng(6)
+    ats = [100.0] + [100.0 + after_s + span_s * i / calls for i in range(calls)]
+    out = [
+        Call(f"r{i:03d}", 0, 0.0, 0, rng.integers(0, 1000, 200, dtype=np.int32), 200, 2, at_s=at)
+        for i, at in enumerate(ats)
+    ]
+    return Trace(TraceHeader(vocab_size=1000), out)
+
+
+def _run(trace: Trace, name: str, srv: FaultServer, pool: int = 4):
+    transport = _watched(name, srv.url)
+    result = asyncio.run(replay(trace, transport, RunOptions(pool=pool, request_timeout_s=10)))
+    assert result.status == "ok", result.reason
+    # what arrived is exactly the trace's prompts, whether built ahead or at the send
+    for seen in srv.seen:
+        call = trace.tasks[seen.user][seen.index]
+        assert seen.body["prompt"] == trace.prompt(call).tolist()
+    return transport, result
+
+
+@pytest.mark.parametrize("name", sorted(TRANSPORTS))
+def test_closed_loop_body_is_built_ahead_and_the_send_takes_it(name, monkeypatch):
+    trace = _closed(tasks=3, calls=3, gap_s=0.25)
+    with FaultServer() as srv:
+        transport, result = _run(trace, name, srv)
+    assert len(result.rows) == 9 and len(srv.seen) == 9
+    assert set(transport.prepared) == set(transport.sent)
+    for key, (t_send, ready) in transport.sent.items():
+        assert ready, key  # the send found its body built
+        # built when the call was scheduled, a gap (0.25 s) before its send, not at it
+        assert t_send - transport.prepared[key] >= 0.2, key
+    assert len(transport._bodies) == 0  # nothing left held after the run
+
+
+@pytest.mark.parametrize("name", ["raw", "aiohttp"])
+def test_open_loop_window_ahead_is_bounded(name, monkeypatch):
+    """Twenty arrivals inside one window, room for three prompts: only three bodies are held at
+    once; the rest are built at their send, and every call still arrives exactly."""
+    monkeypatch.setattr(pool_mod, "_AHEAD_S", 0.3)
+    monkeypatch.setattr(pool_mod, "_AHEAD_TOKENS", 3 * 200)
+    trace = _open(calls=20, after_s=0.35, span_s=0.05)
+    with FaultServer() as srv:
+        transport, result = _run(trace, name, srv)
+    assert len(result.rows) == 21
+    assert all(r["drift_s"] >= 0 for r in result.rows)  # built ahead or not, none sent early
+    assert transport.most_held <= 3
+    later = {k: v for k, v in transport.sent.items() if k[0] != "r000"}
+    built_ahead = [k for k, (_, ready) in later.items() if ready]
+    assert len(built_ahead) == 3  # the window filled once; the others were built at their send
+    for key in built_ahead:
+        assert later[key][0] - transport.prepared[key] >= 0.2
+
+
+def test_ready_bodies_hand_over_the_body_built_at_prepare():
+    built: list[int] = []
+
+    def build(req: CompletionRequest) -> bytes:
+        built.append(req.call)
+        return b"".join(body_parts("m", req))
+
+    bodies = ReadyBodies(build)
+    a = CompletionRequest(task="a", call=0, prompt=np.arange(5, dtype=np.int32), max_tokens=2)
+    b = CompletionRequest(task="a", call=1, prompt=np.arange(6, dtype=np.int32), max_tokens=2)
+    bodies.prepare(a)
+    assert a in bodies and b not in bodies and len(bodies) == 1
+    assert bodies.take(a) == b"".join(body_parts("m", a))
+    assert bodies.take(b) == b"".join(body_parts("m", b))  # not prepared: built at the take
+    assert built == [0, 1] and len(bodies) == 0
