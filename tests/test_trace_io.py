@@ -391,3 +391,23 @@ def test_trace_package_is_pure() -> None:
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == ""
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        {"keep": 0, "append": [1, 2, 3], "output_len": 10**12},
+        {"keep": 0, "append": [1], "prompt_len": 1, "output_len": 2**24 + 1},
+    ],
+)
+def test_absurd_lengths_are_refused_before_anything_is_allocated(tmp_path: Path, call) -> None:
+    # `replay run` on `output_len: 10**12` ended `failed (internal error: MemoryError)` after the
+    # pool tried to build the forced output; the reader now refuses the line with its field.
+    path = tmp_path / "t.jsonl"
+    head = {"format": "replay-trace", "version": 1, "tokens": "ids", "vocab_size": 100}
+    line = {"task": "a", "call": 0, "gap_s": 0, **call}
+    path.write_bytes(orjson.dumps(head) + b"\n" + orjson.dumps(line) + b"\n")
+    with pytest.raises(TraceError) as e:
+        read_trace(path)
+    assert (e.value.line, e.value.field) == (2, "output_len")
+    assert "past any model's context" in e.value.why

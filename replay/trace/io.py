@@ -68,6 +68,11 @@ _GZIP_MAGIC = b"\x1f\x8b"
 # ---------------------------------------------------------------------------------------- reading
 
 
+# One call's prompt or output above this is a broken trace, refused before anything is allocated:
+# 2**24 tokens is above the longest context any model offers (10M), and 128 MiB of int64 ids.
+MAX_CALL_TOKENS = 1 << 24
+
+
 def _open_lines(path: Path) -> IO[bytes]:
     """Binary line stream of a plain or gzip file (detected by magic bytes, not by name)."""
     try:
@@ -292,6 +297,13 @@ def _call(obj: dict, h: TraceHeader, file: str, lineno: int, tasks: dict[str, _T
             output_len = len(output)
         elif output_len != len(output):
             raise ln.fail("output_len", f"is {output_len} but output has {len(output)} ids")
+    for field, n in (("prompt_len", prompt_len), ("output_len", output_len)):
+        if n is not None and int(n) > MAX_CALL_TOKENS:
+            raise ln.fail(
+                field,
+                f"{int(n):,} tokens is past any model's context ({MAX_CALL_TOKENS:,} at most): "
+                "a unit or field mix-up?",
+            )
     after = _after(ln, obj, task)
     parent = _parent(ln, obj, task, index)
     recorded = _recorded(ln, obj)
