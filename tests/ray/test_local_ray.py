@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 import signal
 import threading
-import time
 
 import pandas as pd
 import pytest
@@ -70,23 +69,20 @@ def test_sim_makespans_equal_and_shipped_results_equal_shared(tmp_path, sequenti
 def test_ctrl_c_cancels_and_a_rerun_completes(tmp_path, sequential):
     exp = experiment(tmp_path, engine="sim-server", backend="ray")
     exp_dir = tmp_path / "res" / exp.name
-    stop = threading.Event()
+    first_done = threading.Event()
+
+    def echo(line: str) -> None:
+        if line.startswith("[1/6]"):
+            first_done.set()
 
     def interrupt_midway():
-        while not stop.is_set():
-            done = [p for p in exp_dir.glob("*/r*/counters.json")]
-            if len(done) >= 1:
-                os.kill(os.getpid(), signal.SIGINT)
-                return
-            time.sleep(0.05)
+        if first_done.wait(timeout=120):
+            os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C, while the head waits for the rest
 
     t = threading.Thread(target=interrupt_midway, daemon=True)
     t.start()
-    try:
-        result = sweep(exp, tmp_path / "res")
-    finally:
-        stop.set()
-        t.join()
+    result = run_sweep(exp, results_root=tmp_path / "res", echo=echo)
+    t.join()
     assert result.interrupted
     finished = [o for o in result.outcomes if o.status == "ok"]
     assert 1 <= len(finished) < 6
