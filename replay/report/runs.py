@@ -113,6 +113,7 @@ def provenance(a: Analysis) -> list[str]:
         ("trace_sha256", "trace sha256"),
         ("git_revision", "git revision"),
         ("host", "host"),
+        ("node", "nodes"),
     ):
         values = sorted({str(v) for v in runs[col].dropna()}) if col in runs.columns else []
         rows.append([label, ", ".join(values) if values else "not recorded"])

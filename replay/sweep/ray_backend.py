@@ -122,7 +122,9 @@ def _run_on_node(
 
     node = _node_name(ray)
     planned = PlannedRun(point, repeat)
-    tracker.started.remote(planned.rel_dir, node)
+    # acknowledged before the run starts, so a node lost later is one the head can name
+    with contextlib.suppress(Exception):
+        ray.get(tracker.started.remote(planned.rel_dir, node), timeout=30)
     shared = exp.cluster.results == "shared" or (
         exp.cluster.results == "auto" and _sees(Path(exp_dir), token)
     )
