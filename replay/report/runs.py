@@ -116,6 +116,8 @@ def provenance(a: Analysis) -> list[str]:
         ("node", "nodes"),
     ):
         values = sorted({str(v) for v in runs[col].dropna()}) if col in runs.columns else []
+        if col == "node" and not values:
+            continue  # results from before sweeps recorded nodes keep their report unchanged
         rows.append([label, ", ".join(values) if values else "not recorded"])
     if "started_at" in runs.columns and runs["started_at"].notna().any():
         end = (
