@@ -4,8 +4,8 @@ skips finished runs, and Ctrl-C leaves results a rerun completes."""
 
 from __future__ import annotations
 
+import _thread
 import os
-import signal
 import threading
 
 import pandas as pd
@@ -77,7 +77,7 @@ def test_ctrl_c_cancels_and_a_rerun_completes(tmp_path, sequential):
 
     def interrupt_midway():
         if first_done.wait(timeout=120):
-            os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C, while the head waits for the rest
+            _thread.interrupt_main()  # Ctrl-C's KeyboardInterrupt, while the head waits on Ray
 
     t = threading.Thread(target=interrupt_midway, daemon=True)
     t.start()
