@@ -96,6 +96,20 @@ $(LLAMA_SERVER):
 	mkdir -p $(LLAMA_BUILD)/bin && cp $(LLAMA_BUILD)/cmake/bin/llama-server $(LLAMA_SERVER)
 	@echo "built $(LLAMA_SERVER): set server_bin = \"$(LLAMA_SERVER)\" in an experiment's [engine]"
 
+# Sweeps on Ray (docs/cluster.md): the `ray` extra installed into .venv, then the `ray` tier (a
+# local Ray with two slots and a simulated two-node cluster, with their memory kept small).
+RAY_STAMP := $(VENV)/.installed-ray
+.PHONY: setup-ray test-ray
+
+$(RAY_STAMP): $(STAMP) pyproject.toml
+	$(BIN)/python -m pip install -q -e '.[ray]'
+	touch $(RAY_STAMP)
+
+setup-ray: $(RAY_STAMP) ## install the ray extra into .venv (replay sweep --ray)
+
+test-ray: $(RAY_STAMP) ## sweeps on Ray: local two slots, simulated two-node cluster, a node killed
+	$(BIN)/python -m pytest -q -m ray tests/ray -p no:cacheprovider
+
 # Engine contracts (docs/engines.md): the adapters checked against the released sources of the
 # pinned vLLM, SGLang and LMCache wheels, fetched once without dependencies into
 # REPLAY_WHEEL_CACHE (default ~/.cache/replay/wheels) and read with ast, never imported.

@@ -10,7 +10,7 @@ import orjson
 from benchmarks.common import BENCH_JSON, merge_results
 
 # Explicit list; each module has `run() -> dict`.
-MODULES = ["bench_trace", "bench_model", "bench_sim", "bench_driver"]
+MODULES = ["bench_trace", "bench_model", "bench_sim", "bench_driver", "bench_sweep_ray"]
 
 
 def main(argv: list[str]) -> int:

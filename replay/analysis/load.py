@@ -35,6 +35,7 @@ PROVENANCE_KEYS = {
     "trace_sha256": ("trace_sha256", "sha256"),
     "git_revision": ("git_revision", "git_rev", "revision", "git"),
     "host": ("host", "hostname"),
+    "node": ("node",),  # where a sweep ran the run (a cluster names its node)
     "started_at": ("started_at",),
     "ended_at": ("ended_at",),
 }

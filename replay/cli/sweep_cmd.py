@@ -1,8 +1,9 @@
 """`replay sweep FILE`: run (or resume) an experiment's points x repeats; `--dry-run` lists the
-exact commands instead."""
+exact commands instead; `--ray` spreads the runs over a Ray cluster (docs/cluster.md)."""
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 
 import click
@@ -26,6 +27,16 @@ from replay.sweep.config import load_experiment
     is_flag=True,
     help="on resume, skip runs in which every call failed (default: run them again)",
 )
+@click.option(
+    "--ray",
+    "ray_address",
+    is_flag=False,
+    flag_value="",
+    default=None,
+    metavar="[ADDRESS]",
+    help="run each point x repeat as a Ray task: ADDRESS auto (a cluster this machine is in), "
+    "local (a private Ray here) or host:port; default: [cluster] address, else auto",
+)
 def command(
     experiment_file: str,
     force: bool,
@@ -33,13 +44,22 @@ def command(
     order: str | None,
     results_root: str | None,
     keep_all_failed: bool,
+    ray_address: str | None,
 ) -> None:
     """Run EXPERIMENT_FILE (TOML): one server per run, counters, resumable results."""
     exp = load_experiment(experiment_file)
+    if ray_address is not None:
+        address = ray_address or exp.cluster.address
+        cluster = dataclasses.replace(exp.cluster, backend="ray", address=address)
+        exp = dataclasses.replace(exp, cluster=cluster)
     if dry_run:
         from replay.sweep.dryrun import dry_run_plan, format_plan
 
         click.echo(format_plan(exp, dry_run_plan(exp, order)))
+        if exp.cluster.backend == "ray":
+            from replay.sweep.cluster_plan import resources_lines
+
+            click.echo("\n" + "\n".join(resources_lines(exp, order)))
         return
     from replay.sweep.runner import run_sweep
 

@@ -19,6 +19,8 @@ __all__ = [
     "EngineAdapter",
     "openai_extras",
     "no_verify",
+    "gpus_per_tp",
+    "ONE_CPU",
 ]
 
 
@@ -52,6 +54,16 @@ def no_verify(samples: Samples, options: Mapping[str, Any]) -> list[str]:
     return []
 
 
+# What one run of an engine that computes on the host asks a cluster for: a slot of one CPU.
+ONE_CPU: dict[str, float] = {"CPU": 1.0}
+
+
+def gpus_per_tp(options: Mapping[str, Any]) -> dict[str, float]:
+    """Resources of a run of a GPU engine: one GPU per tensor-parallel rank, all on one node (the
+    driver talks to the server over loopback, so a run never spans nodes)."""
+    return {"GPU": float(int(options.get("tp") or 1))}
+
+
 @dataclass(frozen=True)
 class EngineAdapter:
     """One serving engine. Functions take plain values so adapters stay testable without a server.
@@ -82,6 +94,8 @@ class EngineAdapter:
       (an external server speaks for whichever engine it is).
     - `predict(trace, resolved)`: this engine's own working-set prediction for points that differ
       only in the host tier (`resolved`: (engine, options, run) per point); None: the tier model.
+    - `resources(options)`: what one run asks a cluster scheduler for (`{"GPU": tp}` for a GPU
+      engine); None: one CPU, for engines that compute on the host (the simulator, llama.cpp).
     """
 
     name: str
@@ -103,6 +117,7 @@ class EngineAdapter:
     predict: (
         Callable[[Any, list[tuple[str, Mapping[str, Any], Mapping[str, Any]]]], dict] | None
     ) = None
+    resources: Callable[[Mapping[str, Any]], dict[str, float]] | None = None
 
     def check(self, options: Mapping[str, Any]) -> None:
         """Raise ConfigError when this engine cannot run with `options` (before any launch)."""
@@ -114,3 +129,7 @@ class EngineAdapter:
     def speaking_for(self, options: Mapping[str, Any]) -> EngineAdapter:
         """The adapter whose metrics, reset path and request fields a run with `options` uses."""
         return self if self.personality is None else self.personality(options)
+
+    def needs(self, options: Mapping[str, Any]) -> dict[str, float]:
+        """The cluster resources one run with `options` needs (see `resources`)."""
+        return dict(ONE_CPU) if self.resources is None else self.resources(options)

@@ -27,7 +27,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from replay.counters import COMPUTED_PREFILL_TOKENS, Samples
-from replay.engines.base import EngineAdapter, LaunchSpec, openai_extras
+from replay.engines.base import EngineAdapter, LaunchSpec, gpus_per_tp, openai_extras
 from replay.engines.common import (
     LAUNCH_OPTIONS,
     extra_args,
@@ -208,6 +208,7 @@ def version_argv(options: Mapping[str, Any]) -> list[str]:
 ADAPTER = EngineAdapter(
     name="sglang",
     launch=launch,
+    resources=gpus_per_tp,
     request_extras=request_extras,
     map_counters=map_counters,
     reset_path="/flush_cache",

@@ -113,8 +113,11 @@ def provenance(a: Analysis) -> list[str]:
         ("trace_sha256", "trace sha256"),
         ("git_revision", "git revision"),
         ("host", "host"),
+        ("node", "nodes"),
     ):
         values = sorted({str(v) for v in runs[col].dropna()}) if col in runs.columns else []
+        if col == "node" and not values:
+            continue  # results from before sweeps recorded nodes keep their report unchanged
         rows.append([label, ", ".join(values) if values else "not recorded"])
     if "started_at" in runs.columns and runs["started_at"].notna().any():
         end = (

@@ -28,6 +28,7 @@ __all__ = [
     "Timeouts",
     "Warmup",
     "PredictSpec",
+    "Cluster",
     "Point",
     "Experiment",
     "load_experiment",
@@ -106,6 +107,23 @@ class PredictSpec:
 
 
 @dataclass(frozen=True)
+class Cluster:
+    """Where the runs execute: `local` (one after another in this process) or `ray` (each run a
+    task on a Ray cluster; docs/cluster.md). `address`: "auto" joins the cluster this machine is
+    part of, "local" starts a private Ray here with `local_cpus` slots, else a `ray://` or
+    `host:port` address. `results`: how a finished run directory comes home ("shared": the nodes
+    see the results directory at the same path; "ship": its files travel back through Ray;
+    "auto": checked per run). `resources` replaces every run's request (e.g. {CPU = 4} for vLLM
+    on CPU, which the adapter would ask a GPU for)."""
+
+    backend: Literal["local", "ray"] = "local"
+    address: Annotated[str, Field(min_length=1)] = "auto"
+    results: Literal["auto", "shared", "ship"] = "auto"
+    local_cpus: Annotated[int, Field(ge=1)] | None = None
+    resources: dict[str, Annotated[float, Field(ge=0)]] | None = None
+
+
+@dataclass(frozen=True)
 class Point:
     """One configuration of the matrix: its values in the matrix's key order."""
 
@@ -155,6 +173,7 @@ class Experiment:
     predict: PredictSpec = field(default_factory=PredictSpec)
     host: str = "127.0.0.1"
     port: int = 0
+    cluster: Cluster = field(default_factory=Cluster)
 
     def points(self) -> list[Point]:
         """Every combination of the matrix values, in the file's key and value order."""
@@ -200,6 +219,7 @@ class _File(BaseModel):
     warmup: dict[str, Any] = {}
     predict: dict[str, Any] = {}
     server: dict[str, Any] = {}
+    cluster: dict[str, Any] = {}
 
 
 class _Trace(BaseModel):
@@ -293,7 +313,12 @@ def parse_experiment(data: Mapping[str, Any], source: str, *, default_name: str)
     check_table(schema.run_model(), run, where, lambda k: f"run.{k}")
     if "pool" not in run and "pool" not in data.get("matrix", {}):
         raise _err(where, "run.pool", "required (or sweep it in matrix.pool)")
-    sections: dict[str, type] = {"timeouts": Timeouts, "warmup": Warmup, "predict": PredictSpec}
+    sections: dict[str, type] = {
+        "timeouts": Timeouts,
+        "warmup": Warmup,
+        "predict": PredictSpec,
+        "cluster": Cluster,
+    }
     built = {}
     for name, cls in sections.items():
         table = data.get(name, {})
@@ -321,6 +346,7 @@ def parse_experiment(data: Mapping[str, Any], source: str, *, default_name: str)
         predict=built["predict"],
         host=server.get("host", "127.0.0.1"),
         port=server.get("port", 0),
+        cluster=built["cluster"],
     )
     if not re.fullmatch(r"[A-Za-z0-9._-]+", exp.name):
         raise _err(where, "name", f"must be letters, digits, '.', '_' or '-', got {exp.name!r}")

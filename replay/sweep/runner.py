@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import platform
 import sys
 import threading
 import time
@@ -49,7 +50,16 @@ from replay.sweep.results import (
 )
 from replay.sweep.summary import write_summary
 
-__all__ = ["RunOutcome", "SweepResult", "run_sweep", "PLAN_FILE"]
+__all__ = [
+    "RunOutcome",
+    "SweepResult",
+    "SweepRunner",
+    "Execute",
+    "run_sweep",
+    "run_in_order",
+    "outcome_line",
+    "PLAN_FILE",
+]
 
 PLAN_FILE = "plan.json"  # every planned run's `<point>/<repeat>`, written before the first runs
 
@@ -146,6 +156,9 @@ class SweepRunner:
         self.exp_dir = Path(results_root or exp.results_dir) / exp.name
         self.echo = echo
         self.trace: Any = None  # replay.trace.model.Trace, loaded by run()
+        # recorded in each run.json's provenance, so a node effect shows in the report; a
+        # cluster backend names its node more precisely than the host name
+        self.node = platform.node()
 
     # -- one run ----------------------------------------------------------------------------
 
@@ -170,6 +183,8 @@ class SweepRunner:
         if extra.get("provenance"):
             doc.setdefault("provenance", {})
             doc["provenance"] = {**extra["provenance"], **(doc["provenance"] or {})}
+        prov = doc.get("provenance")
+        doc["provenance"] = {**(prov if isinstance(prov, dict) else {}), "node": self.node}
         write_json_atomic(run_dir / "run.json", doc)
         return str(doc.get("status"))
 
@@ -401,18 +416,21 @@ class SweepRunner:
 
     # -- the sweep --------------------------------------------------------------------------
 
-    def run(self) -> SweepResult:
+    def run(self, execute: Execute | None = None) -> SweepResult:
+        """Prepare the results directory, run the planned runs with `execute` (default: one
+        after another here; the Ray backend spreads them over a cluster), write the summary."""
         with exclusive_lock(self.exp_dir):
-            return self._run_locked()
+            return self._run_locked(execute or run_in_order)
 
-    def _run_locked(self) -> SweepResult:
+    def _run_locked(self, execute: Execute) -> SweepResult:
         for pgid in stop_leftover_servers(self.exp_dir, self.exp.timeouts.stop_grace_s):
             self.echo(f"stopped server process group {pgid} left running by an earlier sweep")
         keep_experiment_file(self.exp, self.exp_dir, force=self.force)
         self.trace = load_trace(self.exp)
         from replay.engines.preflight import require_ready  # engine environment, GPUs, model, ...
 
-        require_ready(self.exp, self.trace, self.exp_dir)  # a failure stops the sweep once, here
+        if execute is run_in_order:  # on a cluster the head need not have the nodes' GPUs
+            require_ready(self.exp, self.trace, self.exp_dir)  # a failure stops the sweep here
         write_predictions(self.trace, self.exp, self.exp_dir, force=self.force)
         planned = plan_runs(self.exp, self.order)
         write_json_atomic(
@@ -423,21 +441,7 @@ class SweepRunner:
         interrupted = False
         try:
             with control.sigterm_as_interrupt():
-                eta = SweepEta(len(planned))
-                for i, p in enumerate(planned, 1):
-                    t0 = time.monotonic()
-                    outcome = self.run_one(p)
-                    outcomes.append(outcome)
-                    eta.done(time.monotonic() - t0, skipped=outcome.status == "skipped")
-                    why = (
-                        f" ({outcome.reason})"
-                        if outcome.reason and outcome.status != RunStatus.OK
-                        else ""
-                    )
-                    self.echo(f"[{i}/{len(planned)}] {p.rel_dir}: {outcome.status}{why}{eta}")
-                    if outcome.status == RunStatus.INTERRUPTED:
-                        interrupted = True
-                        break
+                interrupted = execute(self, planned, outcomes)
         except KeyboardInterrupt:
             interrupted = True
         finally:
@@ -448,6 +452,33 @@ class SweepRunner:
                     raise
                 self.echo(f"replay: {e}")  # the interrupt (exit 130) is the news; say this too
         return SweepResult(self.exp_dir, outcomes, interrupted)
+
+
+# How a sweep's planned runs are executed: appends each run's outcome to the list as it comes
+# (so an interrupt keeps the ones before it) and returns whether the sweep was interrupted.
+Execute = Callable[[SweepRunner, list[PlannedRun], list[RunOutcome]], bool]
+
+
+def outcome_line(i: int, total: int, outcome: RunOutcome) -> str:
+    """`[i/total] <point>/<repeat>: status (why)`, the line a sweep prints per finished run."""
+    why = f" ({outcome.reason})" if outcome.reason and outcome.status != RunStatus.OK else ""
+    return f"[{i}/{total}] {outcome.rel_dir}: {outcome.status}{why}"
+
+
+def run_in_order(
+    runner: SweepRunner, planned: list[PlannedRun], outcomes: list[RunOutcome]
+) -> bool:
+    """The local backend: every run here, one after another, in the planned order."""
+    eta = SweepEta(len(planned))
+    for i, p in enumerate(planned, 1):
+        t0 = time.monotonic()
+        outcome = runner.run_one(p)
+        outcomes.append(outcome)
+        eta.done(time.monotonic() - t0, skipped=outcome.status == "skipped")
+        runner.echo(f"{outcome_line(i, len(planned), outcome)}{eta}")
+        if outcome.status == RunStatus.INTERRUPTED:
+            return True
+    return False
 
 
 def _placeholder(experiment: str, planned: PlannedRun, engine: str, why: str) -> dict[str, Any]:
@@ -487,7 +518,13 @@ def run_sweep(
     """Run (or resume) every planned run of `exp`; write summary.parquet/csv at the end, also
     after a failure or an interrupt. Runs whose run.json says ok/errors are skipped unless
     `force`, except an `errors` run in which every call failed, which runs again unless
-    `keep_all_failed`. Raises ConfigError when another sweep holds the results directory."""
+    `keep_all_failed`. Raises ConfigError when another sweep holds the results directory.
+    With `[cluster] backend = "ray"` the runs are Ray tasks (replay.sweep.ray_backend)."""
+    execute: Execute | None = None
+    if exp.cluster.backend == "ray":
+        from replay.sweep.ray_backend import ray_executor
+
+        execute = ray_executor(exp)  # says what to install before anything is touched
     runner = SweepRunner(
         exp,
         force=force,
@@ -496,4 +533,4 @@ def run_sweep(
         echo=echo,
         keep_all_failed=keep_all_failed,
     )
-    return runner.run()
+    return runner.run(execute)

@@ -1,0 +1,337 @@
+"""The Ray backend of `replay sweep`: each run (point x repeat) is a Ray task that runs the same
+per-run code as a local sweep (`SweepRunner.run_one`: launch, health, reset, replay, scrape,
+stop) on whichever node has the resources the run asks for; results come home into the same
+layout. docs/cluster.md says how to start a cluster.
+
+The head (this process) holds the results directory's lock, skips finished runs, submits the
+rest in the planned (seeded, interleaved) order, and writes what comes back. A task writes its
+run directory straight into the results directory when its node sees it at the same path (a
+shared filesystem, checked with a token file the head writes); otherwise it runs in a temporary
+directory and returns the directory's files through Ray. Ray's own retries are off: a task lost
+with its node is submitted once more by the head, then recorded failed with the node named; an
+engine crash is a result and never retried. Ctrl-C cancels every task (a running one gets
+KeyboardInterrupt, so its engine is stopped) and leaves the results resumable.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import shutil
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from replay.errors import ConfigError
+from replay.status import RunStatus
+from replay.sweep.cluster_plan import Board, run_resources
+from replay.sweep.config import Experiment, Point
+from replay.sweep.plan import PlannedRun
+from replay.sweep.results import (
+    clear_run_dir,
+    is_finished,
+    write_bytes_atomic,
+    write_json_atomic,
+)
+from replay.sweep.runner import (
+    Execute,
+    RunOutcome,
+    SweepRunner,
+    _placeholder,
+    outcome_line,
+)
+
+__all__ = ["ray_executor", "require_ray", "INSTALL_HINT"]
+
+INSTALL_HINT = "needs the ray package: pip install 'replay[ray]' (or: pip install ray)"
+_TOKEN_PREFIX = ".ray-token-"
+_PROGRESS_EVERY_S = 5.0
+_LOCAL_OBJECT_STORE_BYTES = 256 * 1024**2  # the runs return a few MiB each; a small store will do
+
+
+def require_ray(exp: Experiment) -> Any:
+    """The ray module, or a one-line ConfigError (exit 2) saying what to install."""
+    try:
+        import ray
+    except ImportError:
+        raise ConfigError(exp.source, "cluster.backend", f"ray {INSTALL_HINT}") from None
+    return ray
+
+
+def ray_executor(exp: Experiment) -> Execute:
+    """The `Execute` of a sweep on Ray (see the module docstring); checks for ray now, so a
+    missing package is reported before the results directory is touched."""
+    ray = require_ray(exp)
+
+    def execute(runner: SweepRunner, planned: list[PlannedRun], outcomes: list[RunOutcome]):
+        started_here = _connect(ray, exp)
+        try:
+            return _Head(ray, runner, planned, outcomes).run()
+        finally:
+            if started_here:
+                ray.shutdown()
+
+    return execute
+
+
+def _connect(ray: Any, exp: Experiment) -> bool:
+    """Join (or, for "local", start) the cluster; True when this call started Ray. A process
+    already connected (a test's shared cluster, a notebook) is used as it is."""
+    if ray.is_initialized():
+        return False
+    address = exp.cluster.address
+    try:
+        if address == "local":
+            ray.init(
+                num_cpus=exp.cluster.local_cpus or os.cpu_count(),
+                include_dashboard=False,
+                object_store_memory=_LOCAL_OBJECT_STORE_BYTES,
+                log_to_driver=False,
+            )
+        else:
+            ray.init(address=address, log_to_driver=False)
+    except (ConnectionError, RuntimeError, ValueError) as e:
+        why = f"cannot connect to Ray at {address!r}: {e}".splitlines()[0]
+        raise ConfigError(exp.source, "cluster.address", why + "; see docs/cluster.md") from None
+    return True
+
+
+def _node_name(ray: Any) -> str:
+    """`host (ray node abcd1234)`: the host name, and Ray's node id for nodes sharing one host."""
+    import platform
+
+    return f"{platform.node()} (ray node {ray.get_runtime_context().get_node_id()[:8]})"
+
+
+def _run_on_node(
+    exp: Experiment,
+    trace: Any,
+    point: Point,
+    repeat: int,
+    exp_dir: str,
+    token: str,
+    tracker: Any,
+) -> dict[str, Any]:
+    """The task: one run, through the same `run_one` as a local sweep. Returns the outcome,
+    the node, and the run directory's files when the node does not share the results
+    directory (None when it wrote them in place)."""
+    import ray
+
+    node = _node_name(ray)
+    planned = PlannedRun(point, repeat)
+    # acknowledged before the run starts, so a node lost later is one the head can name
+    with contextlib.suppress(Exception):
+        ray.get(tracker.started.remote(planned.rel_dir, node), timeout=30)
+    shared = exp.cluster.results == "shared" or (
+        exp.cluster.results == "auto" and _sees(Path(exp_dir), token)
+    )
+    scratch = None if shared else Path(tempfile.mkdtemp(prefix="replay-ray-"))
+    try:
+        root = Path(exp_dir).parent if scratch is None else scratch
+        runner = SweepRunner(exp, force=True, results_root=root, echo=lambda s: None)
+        runner.trace, runner.node = trace, node
+        outcome = runner.run_one(planned)
+        files = None if scratch is None else _pack(scratch / exp.name / planned.rel_dir)
+        return {"outcome": dataclasses.astuple(outcome), "node": node, "files": files}
+    finally:
+        if scratch is not None:
+            shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _sees(exp_dir: Path, token: str) -> bool:
+    try:
+        return (exp_dir / f"{_TOKEN_PREFIX}{token}").read_text() == token
+    except OSError:
+        return False
+
+
+def _pack(run_dir: Path) -> dict[str, bytes]:
+    """Every file of a finished run directory, by path relative to it."""
+    return {
+        str(p.relative_to(run_dir)): p.read_bytes()
+        for p in sorted(run_dir.rglob("*"))
+        if p.is_file() and not p.name.endswith(".tmp")
+    }
+
+
+def _unpack(run_dir: Path, files: dict[str, bytes]) -> None:
+    """Write a shipped run directory home; run.json last, so a head killed half way leaves a
+    directory that resume runs again."""
+    clear_run_dir(run_dir)
+    for rel in sorted(files, key=lambda r: r == "run.json"):
+        write_bytes_atomic(run_dir / rel, files[rel])
+
+
+class _Tracker:
+    """Lives on the head's node: tasks say where they started, the head reads it for progress
+    and for naming the node of a run that is lost."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, str]] = []
+
+    def started(self, key: str, node: str) -> None:
+        self.seen.append((key, node))
+
+    def take(self) -> list[tuple[str, str]]:
+        seen, self.seen = self.seen, []
+        return seen
+
+
+class _Head:
+    def __init__(self, ray: Any, runner: SweepRunner, planned, outcomes: list[RunOutcome]):
+        self.ray, self.runner, self.planned, self.outcomes = ray, runner, planned, outcomes
+        self.exp = runner.exp
+        self.exp_dir = runner.exp_dir.resolve()
+        self.token = uuid.uuid4().hex
+        self.refs: dict[Any, PlannedRun] = {}
+        self.counted = 0
+
+    def run(self) -> bool:
+        ray = self.ray
+        todo = []
+        for p in self.planned:
+            if not self.runner.force and is_finished(
+                self.exp_dir / p.rel_dir, keep_all_failed=self.runner.keep_all_failed
+            ):
+                self._outcome(RunOutcome(p.rel_dir, "skipped", "finished earlier"))
+            else:
+                todo.append(p)
+        if not todo:
+            return False
+        token_file = self.exp_dir / f"{_TOKEN_PREFIX}{self.token}"
+        token_file.write_text(self.token)
+        here = ray.get_runtime_context().get_node_id()
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        self.tracker = (
+            ray.remote(_Tracker)
+            .options(num_cpus=0, scheduling_strategy=NodeAffinitySchedulingStrategy(here, False))
+            .remote()
+        )
+        self.task = ray.remote(_run_on_node)
+        self.trace_ref = ray.put(self.runner.trace)
+        self.board = Board(total=len(todo))
+        try:
+            for p in todo:
+                self._submit(p)
+            self._wait_all()
+            return False
+        except KeyboardInterrupt:
+            self._cancel()
+            return True
+        finally:
+            token_file.unlink(missing_ok=True)
+            with contextlib.suppress(Exception):
+                ray.kill(self.tracker)
+
+    def _submit(self, p: PlannedRun) -> None:
+        res = dict(run_resources(self.exp, p.point))
+        options: dict[str, Any] = {
+            "num_cpus": res.pop("CPU", 0),
+            "num_gpus": res.pop("GPU", 0),
+            "max_retries": 0,  # the head decides: a lost run is resubmitted once, not thrice
+        }
+        if res:
+            options["resources"] = res
+        ref = self.task.options(**options).remote(
+            self.exp, self.trace_ref, p.point, p.repeat, str(self.exp_dir), self.token, self.tracker
+        )
+        self.refs[ref] = p
+        self.board.submitted(p.rel_dir)
+
+    def _wait_all(self) -> None:
+        ray = self.ray
+        last_line, last_at = "", 0.0
+        while self.refs:
+            ready, _ = ray.wait(list(self.refs), num_returns=1, timeout=1.0)
+            self._note_starts()
+            for ref in ready:
+                self._collect(ref, self.refs.pop(ref))
+            line = self.board.progress_line(time.monotonic())
+            now = time.monotonic()
+            if self.refs and line != last_line and now - last_at >= _PROGRESS_EVERY_S:
+                self.runner.echo(line)
+                last_line, last_at = line, now
+
+    def _note_starts(self) -> None:
+        with contextlib.suppress(Exception):  # progress only: never fails the sweep
+            for key, node in self.ray.get(self.tracker.take.remote(), timeout=10):
+                self.board.started(key, node, time.monotonic())
+
+    def _collect(self, ref: Any, p: PlannedRun) -> None:
+        ray = self.ray
+        from ray.exceptions import RayTaskError, TaskCancelledError
+
+        run_dir = self.exp_dir / p.rel_dir
+        try:
+            result = ray.get(ref)
+        except TaskCancelledError:
+            raise KeyboardInterrupt from None
+        except RayTaskError as e:
+            # our own code raised on the node (run_one records crashes itself, so this is a
+            # results write on the node that failed): a result, not a lost node
+            node = self.board.finished(p.rel_dir, time.monotonic())
+            reason = f"crashed on {node or 'an unknown node'}: {str(e).splitlines()[0]}"
+            self._write_failed(p, run_dir, reason, node)
+            self._outcome(RunOutcome(p.rel_dir, RunStatus.FAILED, reason))
+            return
+        except ray.exceptions.RayError as e:
+            again, node = self.board.lost(p.rel_dir)
+            where = node or "a node that never reported"
+            if again:
+                self.runner.echo(f"{p.rel_dir}: lost with {where} ({type(e).__name__}); once more")
+                self._submit(p)
+                return
+            self.board.finished(p.rel_dir, time.monotonic())
+            reason = f"lost twice with its node, last on {where} ({type(e).__name__})"
+            self._write_failed(p, run_dir, reason, node)
+            self._outcome(RunOutcome(p.rel_dir, RunStatus.FAILED, reason))
+            return
+        self.board.finished(p.rel_dir, time.monotonic())
+        if result["files"] is not None:
+            _unpack(run_dir, result["files"])
+        self._outcome(RunOutcome(*result["outcome"]))
+
+    def _write_failed(self, p: PlannedRun, run_dir: Path, reason: str, node: str | None) -> None:
+        engine = self.exp.resolve(p.point)[0]
+        doc = _placeholder(self.exp.name, p, engine, reason)
+        doc["provenance"] = {"node": node}
+        clear_run_dir(run_dir)
+        write_json_atomic(run_dir / "run.json", doc)
+
+    def _outcome(self, outcome: RunOutcome) -> None:
+        self.outcomes.append(outcome)
+        self.counted += 1
+        self.runner.echo(outcome_line(self.counted, len(self.planned), outcome))
+
+    def _cancel(self) -> None:
+        """Ctrl-C: cancel queued tasks and interrupt running ones (their engines stop), wait a
+        little for them, and write what came back. Runs still unaccounted for get an
+        `interrupted` run.json unless the node wrote one, so resume runs them again."""
+        ray = self.ray
+        for ref in self.refs:
+            with contextlib.suppress(Exception):
+                ray.cancel(ref)
+        deadline = time.monotonic() + self.exp.timeouts.stop_grace_s + 5.0
+        while self.refs and time.monotonic() < deadline:
+            ready, _ = ray.wait(list(self.refs), num_returns=len(self.refs), timeout=0.5)
+            for ref in ready:
+                p = self.refs.pop(ref)
+                with contextlib.suppress(Exception):
+                    result = ray.get(ref)
+                    if result["files"] is not None:
+                        _unpack(self.exp_dir / p.rel_dir, result["files"])
+                    self._outcome(RunOutcome(*result["outcome"]))
+        for p in self.refs.values():
+            run_dir = self.exp_dir / p.rel_dir
+            # a queued run stays unstarted, as in a local sweep; a running one whose node wrote
+            # nothing here (its files were to be shipped) is marked interrupted
+            if self.board.node_of(p.rel_dir) is None or (run_dir / "run.json").exists():
+                continue
+            engine = self.exp.resolve(p.point)[0]
+            doc = _placeholder(self.exp.name, p, engine, "interrupted (the sweep was stopped)")
+            doc["status"] = RunStatus.INTERRUPTED
+            write_json_atomic(run_dir / "run.json", doc)

@@ -1,0 +1,97 @@
+"""Sweeps on a local Ray with two worker slots: the summary equals the sequential sweep's (counters
+identical; makespans too for the virtual-time `sim`), shipped results equal shared ones, resume
+skips finished runs, and Ctrl-C leaves results a rerun completes."""
+
+from __future__ import annotations
+
+import _thread
+import os
+import threading
+
+import pandas as pd
+import pytest
+
+from replay.sweep.runner import run_sweep
+from tests.ray.helpers import OBJECT_STORE_BYTES, comparable, experiment, nodes_of
+
+ray = pytest.importorskip("ray", reason="the ray extra is not installed (make test-ray)")
+pytestmark = pytest.mark.ray
+
+
+@pytest.fixture(scope="module", autouse=True)
+def local_ray():
+    ray.init(
+        num_cpus=2,
+        include_dashboard=False,
+        object_store_memory=OBJECT_STORE_BYTES,
+        log_to_driver=False,
+    )
+    yield
+    ray.shutdown()
+
+
+def sweep(exp, root, lines=None):
+    echo = (lambda s: None) if lines is None else lines.append
+    return run_sweep(exp, results_root=root, echo=echo)
+
+
+def test_sim_server_on_two_slots_equals_the_sequential_sweep(tmp_path, sequential):
+    exp = experiment(tmp_path, engine="sim-server", backend="ray")
+    lines: list[str] = []
+    result = sweep(exp, tmp_path / "res", lines)
+    assert [o.status for o in result.outcomes] == ["ok"] * 6
+    pd.testing.assert_frame_equal(
+        comparable(result.exp_dir / "summary.parquet"),
+        comparable(sequential["sim-server"] / "summary.parquet"),
+    )
+    node = ray.get_runtime_context().get_node_id()[:8]
+    assert set(nodes_of(result.exp_dir).values()) == {f"{os.uname().nodename} (ray node {node})"}
+    assert lines[-1].startswith("[6/6] ")
+    # resume: a second sweep finds everything finished and submits nothing
+    again = sweep(exp, tmp_path / "res")
+    assert [o.status for o in again.outcomes] == ["skipped"] * 6
+
+
+def test_sim_makespans_equal_and_shipped_results_equal_shared(tmp_path, sequential):
+    extra = ("makespan_s", "calls", "computed_prefill_tokens")
+    want = comparable(sequential["sim"] / "summary.parquet", extra)
+    for mode in ("shared", "ship"):
+        exp = experiment(tmp_path, engine="sim", name=f"sim-{mode}", backend="ray", results=mode)
+        result = sweep(exp, tmp_path / "res")
+        assert [o.status for o in result.outcomes] == ["ok"] * 6
+        got = comparable(result.exp_dir / "summary.parquet", extra)
+        pd.testing.assert_frame_equal(got, want)
+        names = sorted(p.name for p in (result.exp_dir / "host_tier_gib=1" / "r0").iterdir())
+        assert names == sorted(p.name for p in (sequential["sim"] / "host_tier_gib=1/r0").iterdir())
+    assert not list(tmp_path.glob("res/*/.ray-token-*"))  # the head cleans up its token
+
+
+def test_ctrl_c_cancels_and_a_rerun_completes(tmp_path, sequential):
+    exp = experiment(tmp_path, engine="sim-server", backend="ray")
+    exp_dir = tmp_path / "res" / exp.name
+    first_done = threading.Event()
+
+    def echo(line: str) -> None:
+        if line.startswith("[1/6]"):
+            first_done.set()
+
+    def interrupt_midway():
+        if first_done.wait(timeout=120):
+            _thread.interrupt_main()  # Ctrl-C's KeyboardInterrupt, while the head waits on Ray
+
+    t = threading.Thread(target=interrupt_midway, daemon=True)
+    t.start()
+    result = run_sweep(exp, results_root=tmp_path / "res", echo=echo)
+    t.join()
+    assert result.interrupted
+    finished = [o for o in result.outcomes if o.status == "ok"]
+    assert 1 <= len(finished) < 6
+    assert not [p for p in exp_dir.glob("*/r*/server.json")]  # every engine was stopped
+    again = sweep(exp, tmp_path / "res")
+    assert not again.interrupted
+    statuses = sorted(o.status for o in again.outcomes)
+    assert statuses.count("skipped") == len(finished) and statuses.count("ok") == 6 - len(finished)
+    pd.testing.assert_frame_equal(
+        comparable(again.exp_dir / "summary.parquet"),
+        comparable(sequential["sim-server"] / "summary.parquet"),
+    )
