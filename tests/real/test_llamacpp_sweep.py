@@ -28,6 +28,7 @@ import shutil
 import subprocess
 import sys
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -35,6 +36,7 @@ from replay.model.wholeprompt import WholePromptConfig, simulate_timed
 from replay.model.wholeprompt_loop import halfway_mib
 from replay.sweep.config import load_experiment
 from replay.sweep.prepare import load_trace
+from replay.trace.stats import common_prefix_len
 from tests.real.conftest_llamacpp import (
     BYTES_PER_TOKEN,
     OVERHEAD_BYTES,
@@ -123,13 +125,11 @@ def test_cache_ram_sweep_matches_the_whole_prompt_model(tmp_path):
 def _distinct_prefix_tokens(trace) -> int:
     """Tokens in the prefix tree of every task's last prompt: what even a perfect cache computes
     (a head shared across tasks once, each task's own tokens once)."""
-    lasts = sorted(tuple(int(x) for x in list(trace.steps(t))[-1].prompt) for t in trace.tasks)
-    total, prev = 0, ()
+    lasts = sorted(
+        (list(trace.steps(t))[-1].prompt for t in trace.tasks), key=lambda p: tuple(p.tolist())
+    )
+    total, prev = 0, np.empty(0, dtype=np.int64)
     for p in lasts:  # in sorted order, each prompt adds what it does not share with the one before
-        shared = next(
-            (i for i, (a, b) in enumerate(zip(p, prev, strict=False)) if a != b),
-            min(len(p), len(prev)),
-        )
-        total += len(p) - shared
+        total += len(p) - common_prefix_len(p, prev)
         prev = p
     return total
