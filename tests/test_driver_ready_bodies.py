@@ -11,7 +11,7 @@ import asyncio
 import numpy as np
 import pytest
 
-from replay.driver import pool as pool_mod
+from replay.driver import pacing
 from replay.driver.http import TRANSPORTS
 from replay.driver.http_common import HttpOptions, ReadyBodies, body_parts
 from replay.driver.options import RunOptions
@@ -96,8 +96,8 @@ def test_closed_loop_body_is_built_ahead_and_the_send_takes_it(name, monkeypatch
 def test_open_loop_window_ahead_is_bounded(name, monkeypatch):
     """Twenty arrivals inside one window, room for three prompts: only three bodies are held at
     once; the rest are built at their send, and every call still arrives exactly."""
-    monkeypatch.setattr(pool_mod, "_AHEAD_S", 0.3)
-    monkeypatch.setattr(pool_mod, "_AHEAD_TOKENS", 3 * 200)
+    monkeypatch.setattr(pacing, "_AHEAD_S", 0.3)
+    monkeypatch.setattr(pacing, "_AHEAD_TOKENS", 3 * 200)
     trace = _open(calls=20, after_s=0.35, span_s=0.05)
     with FaultServer() as srv:
         transport, result = _run(trace, name, srv)

@@ -6,34 +6,27 @@ until each ready time, sends, and reports each call's end back to the rules. A w
 end (every slot holds a task waiting on a task that has not started) fails the run with a reason
 instead of hanging.
 
-Time is only ever read from `loop.time()`, and sends wait for absolute deadlines, so the same code
-paces a real server on a normal loop and the simulator on `replay.clock.VirtualTimeLoop`.
+Time is only ever read from `loop.time()`, and sends wait for absolute deadlines
+(`replay.driver.pacing`), so the same code paces a real server on a normal loop and the simulator
+on `replay.clock.VirtualTimeLoop`. What a step's request is and what a call's row holds is
+`replay.driver.outcome`'s.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import itertools
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-
 from replay.clock import VirtualTimeLoop
-from replay.counters import DEVICE_HIT_TOKENS, HOST_RESTORE_TOKENS
 from replay.driver.options import RunOptions
-from replay.driver.records import CallRecord, stream_columns
+from replay.driver.outcome import Prompts, call_row
+from replay.driver.pacing import AheadWindow, make_rate_limiter, probe_lag, sleep_until
 from replay.errors import ErrorKind, RequestFailed, ServerGone
-from replay.protocol import (
-    CompletionRequest,
-    CompletionResult,
-    ConnectionRefused,
-    Transport,
-)
+from replay.protocol import CompletionRequest, CompletionResult, ConnectionRefused, Transport
 from replay.status import CallStatus, RunStatus
-from replay.trace.model import Step, Trace
+from replay.trace.model import Trace
 from replay.trace.schedule import ClosedLoop, Ready, arrivals, is_open_loop
 
 __all__ = ["RunResult", "RunControl", "PoolStats", "replay"]
@@ -41,14 +34,7 @@ __all__ = ["RunResult", "RunControl", "PoolStats", "replay"]
 Sink = Callable[[dict[str, Any]], None]
 
 # Python 3.11 reads an enum member off its class through a descriptor (~0.4 us): once per call
-_OK, _ERROR = CallStatus.OK, CallStatus.ERROR
-_LAG_PERIOD_S = 0.05  # event-loop lag probe interval (real loops only)
-# Bodies built ahead of their deadline (transports with `prepare`, real loops only): a closed-loop
-# call's body is built as soon as the call is scheduled (its gap then runs), an open-loop call's
-# `_AHEAD_S` before its arrival, while the bodies held stay under `_AHEAD_TOKENS` prompt tokens
-# (~10 bytes a token: the ids and their JSON); past that a body is built at its send, as before.
-_AHEAD_S = 0.25
-_AHEAD_TOKENS = 8_000_000
+_OK = CallStatus.OK
 
 
 @dataclass
@@ -121,63 +107,6 @@ async def replay(
         await transport.close()
 
 
-class _RateLimiter:
-    """At most `rate` sends a second, spaced by absolute deadlines on the loop clock.
-
-    Used on the virtual-time loop, where asyncio-throttle cannot work: it reads time.monotonic()
-    and polls with real sleeps. Real runs use asyncio-throttle (see `_make_rate_limiter`).
-    """
-
-    def __init__(self, rate: float) -> None:
-        self._interval = 1.0 / rate
-        self._next = float("-inf")
-
-    async def wait(self, loop: asyncio.AbstractEventLoop) -> None:
-        now = loop.time()
-        t = max(now, self._next)
-        self._next = t + self._interval
-        if t > now:
-            await _sleep_until(loop, t)
-
-
-class _ThrottleLimiter:
-    """`--max-rps` on a wall-clock loop through asyncio-throttle: one send per 1/rate window, so
-    sends are spaced as `_RateLimiter` spaces them; its poll interval is kept to a tenth of the
-    spacing (at most 1 ms) so the cap itself adds little send drift."""
-
-    def __init__(self, rate: float) -> None:
-        from asyncio_throttle import Throttler
-
-        interval = 1.0 / rate
-        self._throttler = Throttler(
-            rate_limit=1, period=interval, retry_interval=min(1e-3, interval / 10)
-        )
-
-    async def wait(self, loop: asyncio.AbstractEventLoop) -> None:
-        await self._throttler.acquire()
-
-
-def _make_rate_limiter(rate: float, loop: asyncio.AbstractEventLoop):
-    return _RateLimiter(rate) if isinstance(loop, VirtualTimeLoop) else _ThrottleLimiter(rate)
-
-
-async def _sleep_until(loop: asyncio.AbstractEventLoop, t: float) -> None:
-    """Wait for an absolute loop time (no drift from re-computing relative delays)."""
-    if t <= loop.time():
-        return
-    fut = loop.create_future()
-    handle = loop.call_at(t, _wake, fut)
-    try:
-        await fut
-    finally:
-        handle.cancel()
-
-
-def _wake(fut: asyncio.Future) -> None:
-    if not fut.done():
-        fut.set_result(None)
-
-
 class _Pool:
     def __init__(
         self,
@@ -208,20 +137,17 @@ class _Pool:
         self.retries = 0
         self.refused_since: float | None = None
         self.lags: list[float] = []
-        self._steps: dict[str, Iterator[Step]] = {}  # tasks under way: their prompts, in order
+        self._prompts = Prompts(trace, options)
         self._agents: set[asyncio.Task] = set()
         self._sending: set[asyncio.Task] = set()
         self._all_done = self.loop.create_future()
         self._hurry = self.loop.create_future()  # set: in-flight calls get no more grace
         self._sem = asyncio.Semaphore(options.max_inflight) if options.max_inflight else None
-        self._rate = _make_rate_limiter(options.max_rps, self.loop) if options.max_rps else None
+        self._rate = make_rate_limiter(options.max_rps, self.loop) if options.max_rps else None
         # the simulator's transport has nothing to build, and its virtual loop must see the same
         # timers as before (one per call at its deadline) to give the same records
         prepare = getattr(transport, "prepare", None)
-        self._build_ahead: Callable[[CompletionRequest], None] | None = (
-            None if self.virtual else prepare
-        )
-        self._ahead_tokens = 0  # prompt tokens of the bodies built and not yet sent
+        self._ahead = AheadWindow(prepare) if prepare is not None and not self.virtual else None
 
     # --- lifecycle -------------------------------------------------------------------------
 
@@ -241,13 +167,13 @@ class _Pool:
             # Each slot's first prompt is expanded before the clock starts: done at t0, a
             # thousand slots' worth (~50 us each) would hold back the first sends by tens of ms.
             for task in self.trace.root_task_ids[: self.opt.pool]:
-                self._prepare(task)
+                self._prompts.start(task)
             if self.on_ready is not None:
                 self.on_ready()
             self.t0 = self.loop.time()
             self._go(self.rules.start(self.t0))
         if not self.virtual:
-            helpers.append(self.loop.create_task(self._probe_lag()))
+            helpers.append(self.loop.create_task(probe_lag(self.loop, self.lags)))
         if bar is not None:
             helpers.append(self.loop.create_task(bar.run()))
         if not self._agents and not self._all_done.done():
@@ -335,47 +261,28 @@ class _Pool:
         if self.rules.stuck and not self.stopping:
             self.stop(RunStatus.FAILED, f"deadlock: {self.rules.explain()}")
 
-    def _prepare(self, task: str) -> None:
-        """Start `task`'s prompts (expand the first one now); an expansion error is raised again
-        where the task's first call runs, as an agent failure."""
-        steps = self.trace.steps(task)
-        try:
-            first = next(steps)
-        except Exception:  # noqa: BLE001 - see the docstring
-            self._steps[task] = self.trace.steps(task)
-            return
-        self._steps[task] = itertools.chain((first,), steps)
-
-    def _step(self, task: str, index: int) -> Step:
-        if task not in self._steps:
-            self._steps[task] = self.trace.steps(task)
-        step = next(self._steps[task])  # a task's calls are ready one at a time, in order
-        if index + 1 == len(self.trace.tasks[task]):
-            del self._steps[task]
-        return step
-
     async def _call(self, r: Ready) -> None:
         """Send one ready call at its ready time and hand its end back to the rules."""
         c = r.call
         req = None
-        if c is not None and self._build_ahead is not None:
-            req = self._request(self._step(c.task, c.index))
-            await self._until_deadline(req, r.t_s, self._build(req))
+        if c is not None and self._ahead is not None:
+            req = self._prompts.request(c.task, c.index)
+            await self._ahead.until(self.loop, req, r.t_s, self._ahead.build(req))
         else:
-            await _sleep_until(self.loop, r.t_s)
+            await sleep_until(self.loop, r.t_s)
         if self.stopping:
             return
         if c is None:  # a slot freed after its task's tail gap
             self._go(self.rules.free(r.slot, r.t_s))
             return
         if req is None:
-            req = self._request(self._step(c.task, c.index))
+            req = self._prompts.request(c.task, c.index)
         row = await self._send(req, r.slot, r.t_s)
         if self.stopping:
             return
         abort = row["status"] != _OK and self.opt.on_error == "abort-task"
         if abort:
-            self._steps.pop(c.task, None)
+            self._prompts.drop(c.task)
         t_send, t_end = self.t0 + row["t_send"], self.t0 + row["t_end"]
         self._go(self.rules.ended(c.ref, t_send, t_end, abort=abort))
 
@@ -383,75 +290,32 @@ class _Pool:
 
     async def _dispatch_open_loop(self) -> None:
         """Walk the arrivals in order; each call's prompt is expanded (and, where the transport
-        can, its body built) `_AHEAD_S` before its arrival, and sent at its arrival."""
-        ahead = 0.0 if self._build_ahead is None else _AHEAD_S
-        steps: dict[str, Any] = {}
-        left = {t: len(cs) for t, cs in self.trace.tasks.items()}
+        can, its body built) a little before its arrival, and sent at its arrival."""
+        ahead = 0.0 if self._ahead is None else self._ahead.lead_s
         for c, at_s in arrivals(self.trace, self.opt.gap_scale):
             t_ready = self.t0 + at_s
-            await _sleep_until(self.loop, t_ready - ahead)
+            await sleep_until(self.loop, t_ready - ahead)
             if self.stopping:
                 return
-            gen = steps.get(c.task)
-            if gen is None:
-                gen = steps[c.task] = self.trace.steps(c.task)
-            step = next(gen)  # arrival order within a task is checked by is_open_loop
-            left[c.task] -= 1
-            if not left[c.task]:
-                del steps[c.task]
-            req = self._request(step)
-            if self._build_ahead is None:
+            # arrival order within a task is checked by is_open_loop
+            req = self._prompts.request(c.task, c.index)
+            if self._ahead is None:
                 self._spawn(self._send_open(req, t_ready, False))
                 continue
-            self._spawn(self._send_open(req, t_ready, self._build(req)))
+            self._spawn(self._send_open(req, t_ready, self._ahead.build(req)))
             # let the sends already due go first: building runs ahead of time, not ahead of them
             await asyncio.sleep(0)
 
     async def _send_open(self, req: CompletionRequest, t_ready: float, built: bool) -> None:
-        await self._until_deadline(req, t_ready, built)  # at once where the dispatcher waited
+        if self._ahead is not None:
+            await self._ahead.until(self.loop, req, t_ready, built)
+        else:  # at once: the dispatcher waited for the arrival itself
+            await sleep_until(self.loop, t_ready)
         if self.stopping:
             return
         await self._send(req, -1, t_ready)
 
-    def _build(self, req: CompletionRequest) -> bool:
-        """Build `req`'s body now if the window ahead has room; True if built."""
-        n = len(req.prompt)
-        if self._build_ahead is None or self._ahead_tokens + n > _AHEAD_TOKENS:
-            return False
-        self._build_ahead(req)
-        self._ahead_tokens += n
-        return True
-
-    async def _until_deadline(self, req: CompletionRequest, t_ready: float, built: bool) -> None:
-        """Wait for `req`'s deadline, its body (if `built`) held in the window ahead until then:
-        the send at the deadline then only writes bytes."""
-        try:
-            await _sleep_until(self.loop, t_ready)
-        finally:
-            if built:
-                self._ahead_tokens -= len(req.prompt)
-
     # --- one call --------------------------------------------------------------------------
-
-    def _request(self, step: Step) -> CompletionRequest:
-        c = step.call
-        prompt = step.prompt
-        n = self.opt.truncate_prompt_tokens
-        if n is not None and len(prompt) > n:
-            prompt = prompt[:n]
-        forced = step.output if self.opt.forcing else None
-        extras: dict[str, Any] = {}
-        if self.opt.request_extras is not None:
-            forced_ids = forced.tolist() if forced is not None else None
-            extras = self.opt.request_extras(c.output_len, forced_ids)
-        return CompletionRequest(
-            task=c.task,
-            call=c.index,
-            prompt=prompt,
-            max_tokens=c.output_len,
-            forced_output=forced,
-            extras=extras,
-        )
 
     async def _send(self, req: CompletionRequest, slot: int, t_ready: float) -> dict[str, Any]:
         if self._sem is not None:
@@ -503,7 +367,7 @@ class _Pool:
                     )
                     return None, t_send, e
                 self.retries += 1
-                await _sleep_until(self.loop, now + backoff_s)
+                await sleep_until(self.loop, now + backoff_s)
                 backoff_s = min(1.0, backoff_s * 2)
                 t_send = self.loop.time()
             except RequestFailed as e:
@@ -518,91 +382,16 @@ class _Pool:
         res: CompletionResult | None,
         error: RequestFailed | None,
     ) -> dict[str, Any]:
-        t0 = self.t0
-        sent = len(req.prompt)
         t_end = res.t_end if res is not None else self.loop.time()
-        t_first = reported = completion = cached = device = host = exact = None
-        stream: dict[str, Any] = {}
-        if res is not None:
-            if res.t_first_token is not None:
-                t_first = res.t_first_token - t0
-            stream = stream_columns(res, t0)
-            reported, completion, cached = (
-                res.prompt_tokens,
-                res.completion_tokens,
-                res.cached_tokens,
-            )
-            src = res.cached_by_source or {}
-            device = _first(src, DEVICE_HIT_TOKENS, "device")
-            host = _first(src, HOST_RESTORE_TOKENS, "host")
-            if req.forced_output is not None and res.output_ids is not None:
-                exact = _exact_match(req.forced_output, res.output_ids)
-            mismatch = (res.prompt_tokens is not None and res.prompt_tokens != sent) or (
-                res.completion_tokens is not None and res.completion_tokens != req.max_tokens
-            )
-            # without usage nothing says the server saw the prompt we sent: --strict wants proof
-            unchecked = res.prompt_tokens is None or res.completion_tokens is None
-            if (mismatch or unchecked) and self.opt.strict:
-                error = RequestFailed(
-                    ErrorKind.LENGTH_MISMATCH,
-                    f"sent {sent} prompt tokens and asked for {req.max_tokens}; server reported "
-                    f"{res.prompt_tokens} and {res.completion_tokens}"
-                    + (" (no usage in the response)" if unchecked and not mismatch else ""),
-                )
-                what = "length mismatch" if mismatch else "no usage to check lengths"
-                self.stop(RunStatus.FAILED, f"--strict: {what} on {req.task} call {req.call}")
-        if error is not None:
+        row, stop_reason = call_row(
+            req, slot, self.t0, t_ready, t_send, t_end, res, error, strict=self.opt.strict
+        )
+        if stop_reason is not None:
+            self.stop(RunStatus.FAILED, stop_reason)
+        if row["status"] != _OK:
             self.stats.errors += 1
-        row = CallRecord(
-            task=req.task,
-            call=req.call,
-            slot=slot,
-            t_ready=t_ready - t0,
-            t_send=t_send - t0,
-            t_first_token=t_first,
-            t_end=t_end - t0,
-            drift_s=t_send - t_ready,
-            prompt_tokens=sent,
-            prompt_tokens_reported=reported,
-            max_tokens=req.max_tokens,
-            completion_tokens=completion,
-            cached_tokens=cached,
-            device_hit_tokens=device,
-            host_restore_tokens=host,
-            exact_match=exact,
-            status=_OK if error is None else _ERROR,
-            error_kind=None if error is None else error.kind,
-            error=None if error is None else str(error),
-            **stream,
-        ).as_row()
         self.stats.done += 1
         self.rows.append(row)
         if self.sink is not None:
             self.sink(row)
         return row
-
-    # --- client health ---------------------------------------------------------------------
-
-    async def _probe_lag(self) -> None:
-        target = self.loop.time() + _LAG_PERIOD_S
-        with contextlib.suppress(asyncio.CancelledError):
-            while True:
-                await _sleep_until(self.loop, target)
-                now = self.loop.time()
-                self.lags.append(now - target)
-                target = now + _LAG_PERIOD_S
-
-
-def _first(src: dict[str, int], *keys: str) -> int | None:
-    for k in keys:
-        if k in src:
-            return int(src[k])
-    return None
-
-
-def _exact_match(forced: np.ndarray, returned: list[int]) -> float:
-    n = len(forced)
-    if n == 0:
-        return 1.0
-    got = np.asarray(returned[:n], dtype=np.int64)
-    return float(np.count_nonzero(got == forced[: len(got)])) / n
