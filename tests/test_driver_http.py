@@ -14,18 +14,22 @@ from hypothesis import strategies as st
 
 from replay.driver.http import DEFAULT_TRANSPORT, TRANSPORTS, http_transport_factory
 from replay.driver.http_common import (
-    ErrorMap,
     HttpOptions,
     PromptEncoder,
-    SseAccumulator,
-    StaleConnection,
     build_body,
     prompt_json,
+)
+from replay.driver.http_errors import (
+    ErrorMap,
+    StaleConnection,
 )
 from replay.driver.options import RunOptions
 from replay.driver.pool import replay
 from replay.driver.records import read_jsonl
 from replay.driver.run import run_replay
+from replay.driver.sse import (
+    SseAccumulator,
+)
 from replay.errors import RequestFailed
 from replay.protocol import CompletionRequest
 from tests.servers import FaultServer, ScriptServer, free_port, make_trace, sse_body

@@ -18,17 +18,21 @@ import httpx
 from replay.driver.http_common import (
     COMPLETIONS_PATH,
     MODELS_PATH,
-    ErrorMap,
     HttpOptions,
     PromptEncoder,
     ReadyBodies,
-    SseAccumulator,
+    build_body,
+)
+from replay.driver.http_errors import (
+    ErrorMap,
     StaleConnection,
     TrackedBody,
-    build_body,
     http_status_error,
-    parse_json,
     resend_once,
+)
+from replay.driver.sse import (
+    SseAccumulator,
+    parse_json,
 )
 from replay.errors import RequestFailed
 from replay.protocol import CompletionRequest, CompletionResult

@@ -26,20 +26,24 @@ import httptools
 from replay.driver.http_common import (
     COMPLETIONS_PATH,
     MODELS_PATH,
-    ErrorMap,
     HttpOptions,
     PromptEncoder,
     ReadyBodies,
-    SseAccumulator,
+    body_parts,
+)
+from replay.driver.http_errors import (
+    ErrorMap,
     StaleConnection,
     bad_response,
-    body_parts,
     cut_off,
     http_status_error,
     lost,
-    parse_json,
     resend_once,
     timed_out,
+)
+from replay.driver.sse import (
+    SseAccumulator,
+    parse_json,
 )
 from replay.errors import ErrorKind, RequestFailed
 from replay.protocol import CompletionRequest, CompletionResult

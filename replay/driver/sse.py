@@ -1,0 +1,168 @@
+"""Parses an OpenAI completions response, streamed (SSE) or whole, into a `CompletionResult`.
+
+Shared by every HTTP transport, so that a response reads the same whatever client received it;
+anything that is not the OpenAI shape becomes `RequestFailed` of kind `malformed`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from replay.errors import ErrorKind, RequestFailed
+from replay.protocol import CompletionResult
+
+__all__ = ["SseAccumulator", "parse_json"]
+
+
+class SseAccumulator:
+    """Parses an OpenAI completions SSE stream (or a plain JSON body) into a `CompletionResult`.
+
+    Feed raw lines as they arrive with the loop time; `finish` checks that the stream ended
+    properly. Anything that is not the OpenAI shape raises `RequestFailed` of kind `malformed`.
+    """
+
+    def __init__(self) -> None:
+        self.t_first_token: float | None = None
+        self.t_second_token: float | None = None
+        self.t_last_token: float | None = None
+        self.stream_tokens = 0
+        self.usage: dict | None = None
+        self.output_ids: list[int] | None = None
+        self.extra: dict = {}
+        self.done = False
+        self.chunks = 0
+        self._partial = b""
+
+    def feed_bytes(self, data: bytes, now: float) -> None:
+        """Feed a raw chunk of the body; complete lines are parsed, a partial one is kept."""
+        buf = self._partial + data if self._partial else data
+        lines = buf.split(b"\n")
+        self._partial = lines.pop()
+        for line in lines:
+            self.feed_line(line, now)
+
+    def flush(self, now: float) -> None:
+        if self._partial:
+            line, self._partial = self._partial, b""
+            self.feed_line(line, now)
+
+    def feed_line(self, line: bytes, now: float) -> None:
+        line = line.strip()
+        if not line or line.startswith(b":"):
+            return
+        if not line.startswith(b"data:"):
+            if line.startswith((b"event:", b"id:", b"retry:")):
+                return
+            raise RequestFailed(
+                ErrorKind.MALFORMED, f"unexpected line in event stream: {line[:80]!r}"
+            )
+        data = line[5:].strip()
+        if data == b"[DONE]":
+            self.done = True
+            return
+        self.feed_object(parse_json(data), now)
+
+    def feed_object(self, obj: Any, now: float) -> None:
+        if not isinstance(obj, dict):
+            raise RequestFailed(
+                ErrorKind.MALFORMED, f"expected a JSON object, got {type(obj).__name__}"
+            )
+        if "error" in obj and "choices" not in obj:
+            raise RequestFailed(
+                ErrorKind.MALFORMED, f"error object in stream: {str(obj['error'])[:200]}"
+            )
+        self.chunks += 1
+        choices = obj.get("choices")
+        if choices:
+            if not isinstance(choices, list) or not isinstance(choices[0], dict):
+                raise RequestFailed(ErrorKind.MALFORMED, "`choices` is not a list of objects")
+            choice = choices[0]
+            ids = choice.get("token_ids")
+            if choice.get("text") or ids:
+                self._tokens_at(len(ids) if isinstance(ids, list) else 1, now)
+            if isinstance(ids, list):
+                self.output_ids = (self.output_ids or []) + ids
+        usage = obj.get("usage")
+        if usage is not None:
+            if not isinstance(usage, dict):
+                raise RequestFailed(ErrorKind.MALFORMED, "`usage` is not an object")
+            self.usage = usage
+        for key in ("timings", "meta_info", "sglext"):  # llama.cpp / SGLang per-request details
+            if key in obj:
+                self.extra[key] = obj[key]
+
+    def _tokens_at(self, n: int, now: float) -> None:
+        """`n` output tokens arrived at `now`: the first, second and last token times."""
+        before = self.stream_tokens
+        self.stream_tokens += n
+        if before == 0:
+            self.t_first_token = now
+        if before < 2 <= self.stream_tokens:
+            self.t_second_token = now
+        self.t_last_token = now
+
+    def _by_source(self, usage: dict) -> dict[str, int] | None:
+        """Cached tokens per source ({"device": .., "host": ..}): extra keys of
+        `prompt_tokens_details`, or SGLang's `cached_tokens_details` (in usage, meta_info, or
+        the response-level `sglext` object SGLang 0.5.23's OpenAI server sends)."""
+        meta = self.extra.get("meta_info")
+        ext = self.extra.get("sglext")
+        for d in (
+            usage.get("prompt_tokens_details"),
+            usage.get("cached_tokens_details"),
+            meta.get("cached_tokens_details") if isinstance(meta, dict) else None,
+            ext.get("cached_tokens_details") if isinstance(ext, dict) else None,
+        ):
+            found = _counts(d)
+            if found:
+                return found
+        return None
+
+    def result(self, t_end: float, streamed: bool) -> CompletionResult:
+        if streamed and not self.done and self.usage is None:
+            raise RequestFailed(ErrorKind.MALFORMED, "event stream ended without usage or [DONE]")
+        if self.chunks == 0:
+            raise RequestFailed(ErrorKind.MALFORMED, "response had no completion object")
+        usage = self.usage or {}
+        details = usage.get("prompt_tokens_details")
+        cached = details.get("cached_tokens") if isinstance(details, dict) else None
+        return CompletionResult(
+            t_first_token=self.t_first_token if streamed else None,
+            t_end=t_end,
+            prompt_tokens=_int_or_none(usage.get("prompt_tokens")),
+            completion_tokens=_int_or_none(usage.get("completion_tokens")),
+            cached_tokens=_int_or_none(cached),
+            cached_by_source=self._by_source(usage),
+            output_ids=self.output_ids,
+            extra=self.extra,
+            t_second_token=self.t_second_token if streamed else None,
+            t_last_token=self.t_last_token if streamed else None,
+            stream_tokens=self.stream_tokens if streamed else None,
+        )
+
+
+def _counts(d: Any) -> dict[str, int]:
+    if not isinstance(d, dict):
+        return {}
+    return {
+        k: int(v)
+        for k, v in d.items()
+        if k != "cached_tokens" and isinstance(v, int | float) and not isinstance(v, bool)
+    }
+
+
+def parse_json(data: bytes) -> Any:
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError as e:
+        raise RequestFailed(ErrorKind.MALFORMED, f"invalid JSON ({e}): {data[:80]!r}") from None
+
+
+def _int_or_none(v: Any) -> int | None:
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, int | float):
+        raise RequestFailed(ErrorKind.MALFORMED, f"usage count is not a number: {v!r}")
+    return int(v)
