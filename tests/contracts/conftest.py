@@ -25,6 +25,11 @@ class Release:
     pinned: str  # the release the adapter was last checked against
     root: Path
 
+    def versions(self, checked: str | None = None) -> dict[str, str]:
+        """The `engine`, `checked` and `pinned` keywords of the `check_*` functions; `checked`
+        stands for another release (a test that doctors the definitions as a later one would)."""
+        return {"engine": self.engine, "checked": checked or self.version, "pinned": self.pinned}
+
 
 def _release(package: str, engine: str, pinned: str) -> Release:
     version = os.environ.get(f"REPLAY_CONTRACT_{package.upper()}", pinned)

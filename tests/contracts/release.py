@@ -16,7 +16,7 @@ import re
 import subprocess
 import sys
 import zipfile
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from functools import cache
 from pathlib import Path
 
@@ -133,6 +133,30 @@ def string_constants(
     }
 
 
+def flags_of(sources: Iterable[Path], argv: Iterable[str]) -> set[str]:
+    """The flags an adapter can emit: every flag literal in its `sources` and every flag of `argv`
+    (a launch with its options set, for flags built from parts)."""
+    return string_constants(sources, FLAG) | {a for a in argv if FLAG.match(a)}
+
+
+def metric_names(files: Iterable[Path], prefix: str) -> set[str]:
+    """Every `prefix:name` metric literal in `files` (an adapter's reads, or a release's names)."""
+    return string_constants(files, re.compile(rf"^{prefix}:[a-z0-9_]+$"), f"{prefix}:")
+
+
+def names_both_versions(
+    problems: list[str], name: str, *, engine: str, checked: str, pinned: str
+) -> bool:
+    """Whether `problems` is the one problem about `name`, naming the release checked and the one
+    the adapter was last checked against (what a user needs to find the change)."""
+    return (
+        len(problems) == 1
+        and name in problems[0]
+        and f"{engine} {checked}" in problems[0]
+        and f"{engine} {pinned}" in problems[0]
+    )
+
+
 def metric_base(name: str) -> str:
     """A sample name without the suffix prometheus_client adds (`_total`, `_sum`, ...)."""
     for suffix in METRIC_SUFFIXES:
@@ -175,12 +199,10 @@ def check_flags(
     pinned: str,
 ) -> list[str]:
     """One problem per flag the adapter emits that release `checked` does not define."""
-    return [
-        f"{adapter} emits {flag}, which {engine} {checked} does not define in its argument "
-        f"definitions (the adapter was last checked against {engine} {pinned})"
-        for flag in sorted(set(emitted))
-        if flag not in defined
-    ]
+    return _missing(
+        emitted, defined.__contains__, f"{adapter} emits {{}}",
+        "define in its argument definitions", engine, checked, pinned,
+    )  # fmt: skip
 
 
 def check_flag_types(
@@ -213,12 +235,10 @@ def check_metrics(
     pinned: str,
 ) -> list[str]:
     """One problem per metric the adapter reads that release `checked` does not define."""
-    return [
-        f"{adapter} reads metric {name}, which {engine} {checked} does not define "
-        f"(the adapter was last checked against {engine} {pinned})"
-        for name in sorted(set(read))
-        if name not in defined and metric_base(name) not in defined
-    ]
+    return _missing(
+        read, lambda name: name in defined or metric_base(name) in defined,
+        f"{adapter} reads metric {{}}", "define", engine, checked, pinned,
+    )  # fmt: skip
 
 
 def check_fields(
@@ -232,9 +252,26 @@ def check_fields(
 ) -> list[str]:
     """One problem per request or response field the adapter relies on that `model` of release
     `checked` does not declare (an unknown request field is dropped or refused by the server)."""
+    return _missing(
+        sent, defined.__contains__, f"the adapter relies on {model}.{{}}", "declare",
+        engine, checked, pinned,
+    )  # fmt: skip
+
+
+def _missing(
+    names: Iterable[str],
+    is_defined: Callable[[str], bool],
+    subject: str,
+    verb: str,
+    engine: str,
+    checked: str,
+    pinned: str,
+) -> list[str]:
+    """One problem per name that `is_defined` refuses, in name order: `subject` with the name in
+    its `{}`, what release `checked` does not `verb`, and the release last checked against."""
     return [
-        f"the adapter relies on {model}.{name}, which {engine} {checked} does not declare "
+        f"{subject.format(name)}, which {engine} {checked} does not {verb} "
         f"(the adapter was last checked against {engine} {pinned})"
-        for name in sorted(set(sent))
-        if name not in defined
+        for name in sorted(set(names))
+        if not is_defined(name)
     ]

@@ -11,7 +11,6 @@ from __future__ import annotations
 import ast
 import json
 import pickle
-import re
 from pathlib import Path
 
 import numpy as np
@@ -20,7 +19,6 @@ import pytest
 
 from replay.engines import sglang, sglang_forcing
 from tests.contracts.release import (
-    FLAG,
     arg_aliases,
     argparse_flags,
     check_fields,
@@ -28,10 +26,12 @@ from tests.contracts.release import (
     check_flags,
     check_metrics,
     dataclass_fields,
+    flags_of,
     method_params,
+    metric_names,
+    names_both_versions,
     parse,
     py_files,
-    string_constants,
 )
 
 pytestmark = pytest.mark.contracts
@@ -65,14 +65,13 @@ def emitted_flags() -> set[str]:
         "host_tier_gib": 4, "page_size": 64, "io_backend": "kernel", "seed": 1,
         "max_running_requests": 8, "served_model_name": "s",
     }  # fmt: skip
-    argv = sglang.launch(options, "127.0.0.1", 30000).argv
-    return string_constants([ADAPTER], FLAG) | {a for a in argv if FLAG.match(a)}
+    return flags_of([ADAPTER], sglang.launch(options, "127.0.0.1", 30000).argv)
 
 
 def test_every_flag_the_adapter_emits_is_defined_with_its_type(sglang_release):
     defined = sglang_flags(sglang_release.root)
     assert len(defined) > 100
-    kw = {"engine": "SGLang", "checked": sglang_release.version, "pinned": sglang_release.pinned}
+    kw = sglang_release.versions()
     problems = check_flags(emitted_flags(), defined, adapter="replay/engines/sglang.py", **kw)
     problems += check_flag_types(NUMERIC_FLAGS, defined, **kw)
     assert problems == []
@@ -82,24 +81,19 @@ def test_every_flag_the_adapter_emits_is_defined_with_its_type(sglang_release):
 def test_a_renamed_flag_fails_naming_both_versions(sglang_release):
     defined = dict(sglang_flags(sglang_release.root))
     del defined["--hicache-size"]
-    problems = check_flags(
-        emitted_flags(), defined, adapter="replay/engines/sglang.py", engine="SGLang",
-        checked="0.6.0", pinned=sglang_release.pinned,
-    )  # fmt: skip
-    assert len(problems) == 1 and "--hicache-size" in problems[0]
-    assert "SGLang 0.6.0" in problems[0] and f"SGLang {sglang_release.pinned}" in problems[0]
+    later = sglang_release.versions("0.6.0")
+    problems = check_flags(emitted_flags(), defined, adapter="replay/engines/sglang.py", **later)
+    assert names_both_versions(problems, "--hicache-size", **later)
 
 
 def test_every_metric_the_mapping_reads_is_defined(sglang_release):
-    defined = string_constants(
-        py_files(sglang_release.root, "sglang/srt"), re.compile(r"^sglang:[a-z0-9_]+$"), "sglang:"
-    )
-    read = string_constants([ADAPTER], re.compile(r"^sglang:[a-z0-9_]+$")) - sglang.LEGACY_METRICS
+    defined = metric_names(py_files(sglang_release.root, "sglang/srt"), "sglang")
+    read = metric_names([ADAPTER], "sglang") - sglang.LEGACY_METRICS
     assert "sglang:load_back_tokens_total" in read
-    kw = {"engine": "SGLang", "checked": sglang_release.version, "pinned": sglang_release.pinned}
+    kw = sglang_release.versions()
     assert check_metrics(read, defined, adapter="replay/engines/sglang.py", **kw) == []
     renamed = check_metrics(read, defined - {"sglang:cached_tokens_total"}, adapter="a", **kw)
-    assert len(renamed) == 1 and "sglang:cached_tokens_total" in renamed[0]
+    assert names_both_versions(renamed, "sglang:cached_tokens_total", **kw)
 
 
 def test_hicache_size_is_decimal_gb_per_rank(sglang_release):
@@ -119,19 +113,16 @@ def test_request_fields_exist_in_the_completion_request(sglang_release):
     fields = set(dataclass_fields([sglang_release.root / PROTOCOL], {"CompletionRequest"}))
     sent = set(sglang.request_extras(3, [1, 2, 3])) | {"prompt", "model", "stream"}
     assert {"return_cached_tokens_details", "custom_logit_processor", "custom_params"} <= sent
-    kw = {"engine": "SGLang", "checked": sglang_release.version, "pinned": sglang_release.pinned}
-    assert check_fields(sent, fields, model="CompletionRequest", **kw) == []
-    renamed = check_fields(
-        sent, fields - {"return_cached_tokens_details"}, model="CompletionRequest",
-        engine="SGLang", checked="0.6.0", pinned=sglang_release.pinned,
-    )  # fmt: skip
-    assert len(renamed) == 1 and "return_cached_tokens_details" in renamed[0]
-    assert "SGLang 0.6.0" in renamed[0] and f"SGLang {sglang_release.pinned}" in renamed[0]
+    assert check_fields(sent, fields, model="CompletionRequest", **sglang_release.versions()) == []
+    later = sglang_release.versions("0.6.0")
+    fewer = fields - {"return_cached_tokens_details"}
+    renamed = check_fields(sent, fewer, model="CompletionRequest", **later)
+    assert names_both_versions(renamed, "return_cached_tokens_details", **later)
 
 
 def test_cache_details_come_in_the_sglext_object_the_driver_reads(sglang_release):
     protocol = [sglang_release.root / PROTOCOL]
-    kw = {"engine": "SGLang", "checked": sglang_release.version, "pinned": sglang_release.pinned}
+    kw = sglang_release.versions()
     for model, names in (
         ("CompletionStreamResponse", {"sglext", "usage", "choices"}),
         ("CompletionResponse", {"sglext", "usage"}),

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import ast
 import json
-import re
 import subprocess
 import sys
 from pathlib import Path
@@ -18,17 +17,18 @@ import pytest
 
 from replay.engines import lmcache, vllm, vllm_forcing, vllm_forcing_v2
 from tests.contracts.release import (
-    FLAG,
     abstract_methods,
     argparse_flags,
     check_flag_types,
     check_flags,
     check_metrics,
     dataclass_fields,
+    flags_of,
     method_params,
+    metric_names,
+    names_both_versions,
     parse,
     py_files,
-    string_constants,
 )
 
 pytestmark = pytest.mark.contracts
@@ -86,18 +86,9 @@ def vllm_flags(root: Path) -> dict[str, str | None]:
 
 def emitted_flags(name: str) -> set[str]:
     """Flags in the adapter's source (every literal) and in a launch with every option set."""
-    found = string_constants([ADAPTERS[name], ADAPTERS["vllm"]], FLAG)
     module = vllm if name == "vllm" else lmcache
     argv = module.launch(FULL_OPTIONS, "127.0.0.1", 8000).argv
-    return found | {a for a in argv if FLAG.match(a)}
-
-
-def read_metrics(name: str, prefix: str, legacy: frozenset[str]) -> set[str]:
-    return string_constants([ADAPTERS[name]], re.compile(rf"^{prefix}:[a-z0-9_]+$")) - legacy
-
-
-def vllm_metrics(root: Path) -> set[str]:
-    return string_constants(py_files(root, "vllm"), re.compile(r"^vllm:[a-z0-9_]+$"), "vllm:")
+    return flags_of([ADAPTERS[name], ADAPTERS["vllm"]], argv)
 
 
 @pytest.mark.parametrize("name", ["vllm", "lmcache"])
@@ -105,80 +96,56 @@ def test_every_flag_the_adapter_emits_is_defined(vllm_release, name):
     defined = vllm_flags(vllm_release.root)
     assert len(defined) > 100  # the reader found the release's definitions at all
     problems = check_flags(
-        emitted_flags(name),
-        defined,
-        adapter=f"replay/engines/{name}.py",
-        engine="vLLM",
-        checked=vllm_release.version,
-        pinned=vllm_release.pinned,
+        emitted_flags(name), defined, adapter=f"replay/engines/{name}.py", **vllm_release.versions()
     )
     assert problems == []
 
 
 def test_numeric_flags_have_the_type_the_adapter_writes(vllm_release):
     defined = vllm_flags(vllm_release.root)
-    problems = check_flag_types(
-        NUMERIC_FLAGS,
-        defined,
-        engine="vLLM",
-        checked=vllm_release.version,
-        pinned=vllm_release.pinned,
-    )
-    assert problems == []
+    assert check_flag_types(NUMERIC_FLAGS, defined, **vllm_release.versions()) == []
 
 
 def test_a_renamed_flag_fails_naming_the_flag_and_both_versions(vllm_release):
     defined = dict(vllm_flags(vllm_release.root))
     # A release that renamed the flag: the adapter's name is gone from its definitions.
     defined["--kv-offloading-gib"] = defined.pop("--kv-offloading-size")
+    later = vllm_release.versions("0.99.0")
     problems = check_flags(
-        emitted_flags("vllm"), defined, adapter="replay/engines/vllm.py", engine="vLLM",
-        checked="0.99.0", pinned=vllm_release.pinned,
-    )  # fmt: skip
-    assert len(problems) == 1
-    assert "--kv-offloading-size" in problems[0]
-    assert "vLLM 0.99.0" in problems[0] and f"vLLM {vllm_release.pinned}" in problems[0]
+        emitted_flags("vllm"), defined, adapter="replay/engines/vllm.py", **later
+    )
+    assert names_both_versions(problems, "--kv-offloading-size", **later)
     # And an adapter that emits a name the release never had.
     doctored = check_flags(
-        {"--kv-offloading-sizes"}, vllm_flags(vllm_release.root), adapter="a", engine="vLLM",
-        checked=vllm_release.version, pinned="0.32.0",
+        {"--kv-offloading-sizes"}, vllm_flags(vllm_release.root), adapter="a",
+        **{**vllm_release.versions(), "pinned": "0.32.0"},
     )  # fmt: skip
     assert doctored and "--kv-offloading-sizes" in doctored[0] and "0.32.0" in doctored[0]
 
 
 def test_every_metric_the_mapping_reads_is_defined(vllm_release, lmcache_release):
-    defined = vllm_metrics(vllm_release.root)
-    read = read_metrics("vllm", "vllm", vllm.LEGACY_METRICS)
+    defined = metric_names(py_files(vllm_release.root, "vllm"), "vllm")
+    read = metric_names([ADAPTERS["vllm"]], "vllm") - vllm.LEGACY_METRICS
     assert "vllm:kv_offload_store_bytes_total" in read  # the names below are really checked
-    problems = check_metrics(
-        read, defined, adapter="replay/engines/vllm.py", engine="vLLM",
-        checked=vllm_release.version, pinned=vllm_release.pinned,
-    )  # fmt: skip
+    vllm_kw = vllm_release.versions()
+    problems = check_metrics(read, defined, adapter="replay/engines/vllm.py", **vllm_kw)
+    lm_reads = metric_names([ADAPTERS["lmcache"]], "vllm")
+    problems += check_metrics(lm_reads, defined, adapter="replay/engines/lmcache.py", **vllm_kw)
+    lm_defined = metric_names(py_files(lmcache_release.root, "lmcache"), "lmcache")
     problems += check_metrics(
-        read_metrics("lmcache", "vllm", frozenset()), defined, adapter="replay/engines/lmcache.py",
-        engine="vLLM", checked=vllm_release.version, pinned=vllm_release.pinned,
-    )  # fmt: skip
-    lm_defined = string_constants(
-        py_files(lmcache_release.root, "lmcache"), re.compile(r"^lmcache:[a-z0-9_]+$"), "lmcache:"
-    )
-    problems += check_metrics(
-        read_metrics("lmcache", "lmcache", frozenset()), lm_defined,
-        adapter="replay/engines/lmcache.py", engine="LMCache",
-        checked=lmcache_release.version, pinned=lmcache_release.pinned,
+        metric_names([ADAPTERS["lmcache"]], "lmcache"), lm_defined,
+        adapter="replay/engines/lmcache.py", **lmcache_release.versions(),
     )  # fmt: skip
     assert problems == []
 
 
 def test_a_renamed_metric_fails_naming_the_metric_and_both_versions(vllm_release):
-    defined = vllm_metrics(vllm_release.root) - {"vllm:kv_offload_store_bytes"}
-    problems = check_metrics(
-        read_metrics("vllm", "vllm", vllm.LEGACY_METRICS), defined,
-        adapter="replay/engines/vllm.py", engine="vLLM", checked="0.99.0",
-        pinned=vllm_release.pinned,
-    )  # fmt: skip
-    assert len(problems) == 1
-    assert "vllm:kv_offload_store_bytes_total" in problems[0]
-    assert "vLLM 0.99.0" in problems[0] and f"vLLM {vllm_release.pinned}" in problems[0]
+    defined = metric_names(py_files(vllm_release.root, "vllm"), "vllm")
+    defined -= {"vllm:kv_offload_store_bytes"}
+    read = metric_names([ADAPTERS["vllm"]], "vllm") - vllm.LEGACY_METRICS
+    later = vllm_release.versions("0.99.0")
+    problems = check_metrics(read, defined, adapter="replay/engines/vllm.py", **later)
+    assert names_both_versions(problems, "vllm:kv_offload_store_bytes_total", **later)
 
 
 def test_lmcache_settings_and_reset_facts(vllm_release, lmcache_release):
