@@ -1,12 +1,16 @@
-"""Helpers for the simulator tests: drive SimTransport on a virtual loop without the driver."""
+"""Helpers for the simulator tests: drive SimTransport on a virtual loop without the driver
+(`closed_loop`), or replay a trace through the real driver onto the simulator (`replay_on_sim`)."""
 
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 import numpy as np
 
 from replay.clock import run_virtual
+from replay.driver.options import RunOptions
+from replay.driver.run import run_replay
 from replay.protocol import CompletionRequest, CompletionResult
 from replay.sim.options import SimConfig
 from replay.sim.transport import SimTransport
@@ -59,3 +63,18 @@ def closed_loop(
         return sim.counters(), rows, makespan
 
     return run_virtual(main)
+
+
+def replay_on_sim(trace: Trace, cfg: SimConfig, options: RunOptions, out: Path) -> dict:
+    """`replay run --engine sim` in-process: `trace` through the driver onto a simulator built
+    from `cfg`, in virtual time, its files written to `out`; the run's summary, with the
+    simulator's counters in it."""
+    box: dict[str, SimTransport] = {}
+
+    def factory() -> SimTransport:
+        box["t"] = SimTransport(cfg, vocab_size=trace.header.vocab_size)
+        return box["t"]
+
+    return run_replay(
+        trace, factory, options, out, virtual=True, counters_fn=lambda: box["t"].counters()
+    )

@@ -13,12 +13,11 @@ import pytest
 from replay.calibrate.fit import CallRow, fit_costs, service_starts
 from replay.cli.main import main
 from replay.driver.options import RunOptions
-from replay.driver.run import run_replay
 from replay.errors import ConfigError
 from replay.sim.fitted_cost import FittedCosts, costs_toml, load_costs
 from replay.sim.options import SimConfig
-from replay.sim.transport import SimTransport
 from replay.trace.synth import synth
+from tests.sim_helpers import replay_on_sim
 
 TRUE = FittedCosts(
     request_overhead_s=0.004,
@@ -44,21 +43,8 @@ def _records(tmp_path: Path, seats: int, pool: int) -> list[CallRow]:
         personality="llamacpp",
         costs=str(costs),
     )
-    box: dict = {}
-
-    def factory() -> SimTransport:
-        box["t"] = SimTransport(cfg, vocab_size=8192)
-        return box["t"]
-
     out = tmp_path / f"run{seats}"
-    summary = run_replay(
-        trace,
-        factory,
-        RunOptions(pool=pool, gap_scale=0.1),
-        out,
-        virtual=True,
-        counters_fn=lambda: box["t"].counters(),
-    )
+    summary = replay_on_sim(trace, cfg, RunOptions(pool=pool, gap_scale=0.1), out)
     assert summary["status"] == "ok" and summary["host_restore_tokens"] > 0
     df = pd.read_parquet(out / "calls.parquet")
     return [

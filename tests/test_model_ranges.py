@@ -11,22 +11,19 @@ service models (alone, whole pool) and seeded service noise.
 from __future__ import annotations
 
 import dataclasses
-import tempfile
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from replay.driver.options import RunOptions
-from replay.driver.run import run_replay
 from replay.errors import ConfigError
 from replay.model.order import EngineQueue, ServiceModel, StepRoofline, closed_loop_schedule
 from replay.model.predict import predict_tiers
 from replay.model.presets import HARDWARE, MODELS, get_hardware, get_model
 from replay.model.ranges import RANGE_QUANTITIES
-from replay.trace.model import Trace
-from tests.model_traces import make_trace
+from tests.model_traces import at_the_old_pace, make_trace
+from tests.sim_helpers import replay_on_sim
 
 # bytes decide every step: 1 MB/s of HBM, 1,000 weight bytes per token, 1 KV byte per token
 STEP = StepRoofline(
@@ -199,7 +196,7 @@ def small_paper():
     16, a 1 GiB device; the working set is about 2.9 GiB, so a 5 GiB tier is far above it."""
     from replay.trace.synth import synth
 
-    return _at_the_old_pace(synth("swe-agent", tasks=40, seed=0, scale=0.25))
+    return at_the_old_pace(synth("swe-agent", tasks=40, seed=0, scale=0.25))
 
 
 H20_SERVICE = ServiceModel.from_presets(get_model("qwen3-coder-30b-a3b"), get_hardware("h20"), 8)
@@ -245,9 +242,8 @@ def test_ranges_need_the_closed_loop_and_a_roofline(small_paper):
     assert "unavailable" in in_order["range"]
 
 
-def _simulate(trace, jitter: float, seed: int) -> dict:
+def _simulate(trace, jitter: float, seed: int, out: Path) -> dict:
     from replay.sim.options import SimConfig
-    from replay.sim.transport import SimTransport
 
     cfg = SimConfig(
         hardware="h20",
@@ -258,21 +254,7 @@ def _simulate(trace, jitter: float, seed: int) -> dict:
         jitter=jitter,
         seed=seed,
     )
-    box: dict = {}
-
-    def factory() -> SimTransport:
-        box["t"] = SimTransport(cfg, vocab_size=trace.header.vocab_size)
-        return box["t"]
-
-    with tempfile.TemporaryDirectory() as d:
-        summary = run_replay(
-            trace,
-            factory,
-            RunOptions(pool=16),
-            Path(d),
-            virtual=True,
-            counters_fn=lambda: box["t"].counters(),
-        )
+    summary = replay_on_sim(trace, cfg, RunOptions(pool=16), out)
     assert summary["status"] == "ok" and summary["errors"] == 0
     return summary
 
@@ -287,30 +269,13 @@ def test_the_queue_moves_lookups_to_admission(small_paper):
 
 
 @pytest.mark.parametrize("jitter,seed", [(0.0, 0), (0.05, 1)])
-def test_range_contains_the_simulator_far_from_the_transition(small_paper, jitter, seed):
+def test_range_contains_the_simulator_far_from_the_transition(small_paper, jitter, seed, tmp_path):
     pred = _predict(small_paper, [5.0], ranges=True, queue=True)
     assert pred["working_set_gib"] < 5.0 / 1.5  # far above the working set
     (row,) = pred["tiers"]
-    sim = _simulate(small_paper, jitter, seed)
+    sim = _simulate(small_paper, jitter, seed, tmp_path)
     for q in ("computed_prefill_tokens", "host_restore_tokens", "host_write_tokens"):
         assert row[f"{q}_low"] <= sim[q] <= row[f"{q}_high"], (q, sim[q], row)
     # and the range is narrow: a few percent of the computed prefill, not a blanket
     width = row["computed_prefill_tokens_high"] - row["computed_prefill_tokens_low"]
     assert width <= 0.05 * row["computed_prefill_tokens"]
-
-
-def _at_the_old_pace(trace: Trace) -> Trace:
-    """`trace` with every gap x 6.0 / 0.64: the swe-agent preset's earlier 6 s median own time.
-    The preset now follows the EfficientAgent study's 0.64 s; under that pace sixteen agents
-    saturate this small device and the model's agreement with the simulator is much looser
-    (restores several times off at 0.2 GiB), which this test does not cover."""
-    k = 6.0 / 0.64
-    return Trace(
-        trace.header,
-        [
-            replace(
-                c, gap_s=c.gap_s * k, tail_gap_s=None if c.tail_gap_s is None else c.tail_gap_s * k
-            )
-            for c in trace.calls
-        ],
-    )

@@ -9,20 +9,18 @@ nothing is below the model's granularity (one chunk of one call).
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from replay.driver.options import RunOptions
-from replay.driver.run import run_replay
 from replay.model.predict import predict_tiers
 from replay.model.run_order import read_run_schedule
 from replay.sim.options import SimConfig
-from replay.sim.transport import SimTransport
-from replay.trace.model import Trace
 from replay.trace.synth import synth
+from tests.model_traces import at_the_old_pace
 from tests.shared_data import SHARED, require_shared
+from tests.sim_helpers import replay_on_sim
 
 WEKA = SHARED / "traces" / "weka"
 COUNTERS = ("computed_prefill_tokens", "host_restore_tokens")
@@ -38,20 +36,7 @@ def _sim_then_predict(trace, pool: int, device_gib: float, host_gib: float, out:
         admission="all",
         write_policy="write-through",
     )
-    box: dict = {}
-
-    def factory() -> SimTransport:
-        box["t"] = SimTransport(cfg, vocab_size=trace.header.vocab_size)
-        return box["t"]
-
-    summary = run_replay(
-        trace,
-        factory,
-        RunOptions(pool=pool),
-        out,
-        virtual=True,
-        counters_fn=lambda: box["t"].counters(),
-    )
+    summary = replay_on_sim(trace, cfg, RunOptions(pool=pool), out)
     assert summary["status"] == "ok" and summary["errors"] == 0
     predicted = predict_tiers(
         trace,
@@ -75,7 +60,7 @@ def _sim_then_predict(trace, pool: int, device_gib: float, host_gib: float, out:
 @pytest.fixture(scope="module")
 def small_swe_agent():
     # sixteen agents on a device of ~11K tokens with prompts up to 6K: real device pressure
-    return _at_the_old_pace(synth("swe-agent", tasks=32, seed=3, scale=0.1, max_prompt_tokens=6000))
+    return at_the_old_pace(synth("swe-agent", tasks=32, seed=3, scale=0.1, max_prompt_tokens=6000))
 
 
 @pytest.mark.slow
@@ -99,20 +84,3 @@ def weka_sessions():
 def test_weka_sessions_pool_4(weka_sessions, host_gib, tmp_path):
     # six Claude Code sessions (one with sub-agents), 177 calls, prompts up to ~130K tokens
     _sim_then_predict(weka_sessions, 4, 4.0, host_gib, tmp_path)
-
-
-def _at_the_old_pace(trace: Trace) -> Trace:
-    """`trace` with every gap x 6.0 / 0.64: the swe-agent preset's earlier 6 s median own time.
-    The preset now follows the EfficientAgent study's 0.64 s; under that pace sixteen agents
-    saturate this small device and the model's agreement with the simulator is much looser
-    (restores several times off at 0.2 GiB), which this test does not cover."""
-    k = 6.0 / 0.64
-    return Trace(
-        trace.header,
-        [
-            replace(
-                c, gap_s=c.gap_s * k, tail_gap_s=None if c.tail_gap_s is None else c.tail_gap_s * k
-            )
-            for c in trace.calls
-        ],
-    )
