@@ -37,17 +37,21 @@ def one(cfg: SimConfig, prompt: np.ndarray, n_out: int):
     return run_virtual(main)
 
 
+# Llama-3-8B on one H100 at full efficiency, no attention term: step times by hand
+ROOFLINE = SimConfig(
+    hardware="h100",
+    model="llama-3-8b",
+    tp=1,
+    device_kv_gib=4,
+    efficiency=1.0,
+    attention_flops=False,
+)
+
+
 def test_prefill_and_decode_times_follow_the_roofline():
-    # Llama-3-8B on one H100, no attention term: a 4096-token prefill is compute bound at
-    # 2 FLOPs per parameter per token; each decode step streams the weights plus the KV so far.
-    cfg = SimConfig(
-        hardware="h100",
-        model="llama-3-8b",
-        tp=1,
-        device_kv_gib=4,
-        efficiency=1.0,
-        attention_flops=False,
-    )
+    # a 4096-token prefill is compute bound at 2 FLOPs per parameter per token; each decode
+    # step streams the weights plus the KV so far.
+    cfg = ROOFLINE
     hw, m = HARDWARE["h100"], MODELS["llama-3-8b"]
     n, out = 4096, 11
     r = one(cfg, tokens(0, n), out)
@@ -215,14 +219,7 @@ def test_request_larger_than_the_device_is_rejected():
 
 
 def test_an_arrival_cuts_a_decode_stretch_at_the_end_of_the_current_step():
-    cfg = SimConfig(
-        hardware="h100",
-        model="llama-3-8b",
-        tp=1,
-        device_kv_gib=4,
-        efficiency=1.0,
-        attention_flops=False,
-    )
+    cfg = ROOFLINE
 
     async def main():
         sim = SimTransport(cfg, debug=True)

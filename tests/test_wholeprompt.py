@@ -22,6 +22,7 @@ from replay.model.wholeprompt import (
 )
 from replay.model.wholeprompt_loop import predict_cache_ram, saturation_mib, simulate_closed_loop
 from replay.trace.model import Call, Trace, TraceHeader
+from tests.model_traces import common_prefix
 
 BPT = 1024  # bytes per token in the hand-worked scenarios: 1 MiB holds 1024 tokens
 
@@ -208,20 +209,12 @@ def brute_force(prompts: list[np.ndarray], outs: list[int], slots: int, limit_to
     last = [-1.0] * slots
     ram: list[list[int]] = []
 
-    def lcp(a, b):
-        n = 0
-        for x, y in zip(a, b, strict=False):
-            if x != y:
-                break
-            n += 1
-        return n
-
     def save(seq):
-        if not seq or any(lcp(e, seq) == len(seq) for e in ram):
+        if not seq or any(common_prefix(e, seq) == len(seq) for e in ram):
             return
         if len(seq) > limit_tokens:
             return
-        ram[:] = [e for e in ram if lcp(e, seq) != len(e)]
+        ram[:] = [e for e in ram if common_prefix(e, seq) != len(e)]
         while ram and sum(map(len, ram)) + len(seq) > limit_tokens:
             ram.pop(0)
         ram.append(seq)
@@ -232,10 +225,12 @@ def brute_force(prompts: list[np.ndarray], outs: list[int], slots: int, limit_to
         best, chosen = 0.0, None
         for s in range(slots):
             if slot_seq[s]:
-                sim = lcp(slot_seq[s], p) / len(p)
+                sim = common_prefix(slot_seq[s], p) / len(p)
                 if sim > best and sim > 0.1:
                     best, chosen = sim, s
-        update = chosen is not None and lcp(slot_seq[chosen], p) / len(slot_seq[chosen]) < 0.5
+        update = (
+            chosen is not None and common_prefix(slot_seq[chosen], p) / len(slot_seq[chosen]) < 0.5
+        )
         if chosen is None:
             chosen, t_last = None, -1.0
             for s in range(slots):
@@ -245,11 +240,11 @@ def brute_force(prompts: list[np.ndarray], outs: list[int], slots: int, limit_to
         if update:
             save(slot_seq[chosen])
             own = slot_seq[chosen] or []
-            n = lcp(own, p)
+            n = common_prefix(own, p)
             keep_b, sim_b = (n / len(own) if own else -1.0), n / len(p)
             pick = None
             for e in ram:
-                m = lcp(e, p)
+                m = common_prefix(e, p)
                 if m / len(e) < 0.25:
                     continue
                 if keep_b < m / len(e) and sim_b < m / len(p):
@@ -258,7 +253,7 @@ def brute_force(prompts: list[np.ndarray], outs: list[int], slots: int, limit_to
                 ram.remove(pick)
                 slot_seq[chosen] = pick
         own = slot_seq[chosen] or []
-        n = lcp(own, p)
+        n = common_prefix(own, p)
         got.append(n - 1 if n == len(p) else n)
         slot_seq[chosen] = None
         for s in range(slots):

@@ -49,29 +49,31 @@ class PaperRun:
             else pd.DataFrame()
         )
 
-    def values(self, metric: str, **where: Any) -> np.ndarray:
-        """Per-repeat values of `metric` at the point(s) matching `where` (finite values only)."""
+    def _where(self, where: dict[str, Any]) -> pd.DataFrame | None:
+        """The finished runs at the point(s) matching `where` (a tier in the study's GiB), or None
+        when a key is not a column of these runs."""
         sel = self.ok
         for k, v in where.items():
             if k == "host_tier_gib":
                 v = float(v) * self.tier_scale
             if k not in sel.columns:
-                return np.empty(0)
+                return None
             sel = sel[np.array([_same(x, v) for x in sel[k]], dtype=bool)]
-        if metric not in sel.columns:
+        return sel
+
+    def values(self, metric: str, **where: Any) -> np.ndarray:
+        """Per-repeat values of `metric` at the point(s) matching `where` (finite values only)."""
+        sel = self._where(where)
+        if sel is None or metric not in sel.columns:
             return np.empty(0)
         arr = pd.to_numeric(sel[metric], errors="coerce").to_numpy(dtype=float)
         return arr[np.isfinite(arr)]
 
     def turn_gaps(self, **where: Any) -> np.ndarray:
         """Seconds between one task's consecutive sends, over the runs at `where` (calls.jsonl)."""
-        sel = self.ok
-        for k, v in where.items():
-            if k == "host_tier_gib":
-                v = float(v) * self.tier_scale
-            if k not in sel.columns:
-                return np.empty(0)
-            sel = sel[np.array([_same(x, v) for x in sel[k]], dtype=bool)]
+        sel = self._where(where)
+        if sel is None:
+            return np.empty(0)
         gaps = []
         for run_dir in sel.get("run_dir", []):
             calls = load_calls(run_dir)
