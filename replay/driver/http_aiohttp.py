@@ -13,31 +13,13 @@ import socket
 
 import aiohttp
 
-from replay.driver.http_common import (
-    COMPLETIONS_PATH,
-    MODELS_PATH,
-    HttpOptions,
-    PromptEncoder,
-    ReadyBodies,
-    build_body,
-)
-from replay.driver.http_errors import (
-    ErrorMap,
-    StaleConnection,
-    TrackedBody,
-    http_status_error,
-    resend_once,
-)
-from replay.driver.sse import (
-    SseAccumulator,
-    parse_json,
-)
-from replay.errors import RequestFailed
-from replay.protocol import CompletionRequest, CompletionResult
+from replay.driver.http_common import MODELS_PATH, HttpOptions
+from replay.driver.http_errors import ErrorMap, http_status_error
+from replay.driver.http_library import Exchange, LibraryTransport, prewarm
+from replay.protocol import CompletionResult
 
 __all__ = ["AiohttpTransport"]
 
-_HEADERS = {"Content-Type": "application/json", "Accept": "text/event-stream"}
 # aiohttp's exceptions, most specific first (ClientConnectorError is a ClientOSError, the
 # timeouts are OSErrors too)
 _ERRORS = ErrorMap(
@@ -53,16 +35,14 @@ _ERRORS = ErrorMap(
 )
 
 
-class AiohttpTransport:
+class AiohttpTransport(LibraryTransport):
     """Sends /v1/completions over aiohttp with orjson bodies and incremental prompt encoding."""
 
     name = "aiohttp"
+    _errors = _ERRORS
 
     def __init__(self, options: HttpOptions, *, incremental: bool = True) -> None:
-        self.options = options
-        self._url = options.root + COMPLETIONS_PATH
-        self._encoder = PromptEncoder() if incremental else None
-        self._bodies = ReadyBodies(self._body)
+        super().__init__(options, incremental=incremental)
         self._session: aiohttp.ClientSession | None = None
 
     async def start(self) -> None:
@@ -98,18 +78,7 @@ class AiohttpTransport:
                 async with session.get(url) as resp:
                     await resp.read()
 
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(
-                asyncio.gather(*(one() for _ in range(n))), self.options.connect_timeout_s
-            )
-
-    def prepare(self, request: CompletionRequest) -> None:
-        """Build the request body now, for `complete` to only send it."""
-        self._bodies.prepare(request)
-
-    def _body(self, request: CompletionRequest) -> bytes:
-        parts = self._encoder.encode(request.task, request.prompt) if self._encoder else None
-        return build_body(self.options.model, request, parts)
+        await prewarm(one, n, self.options.connect_timeout_s)
 
     async def close(self) -> None:
         self._bodies.clear()
@@ -117,42 +86,23 @@ class AiohttpTransport:
             await self._session.close()
             self._session = None
 
-    async def complete(self, request: CompletionRequest) -> CompletionResult:
-        if self._session is None:
-            raise RuntimeError("AiohttpTransport.complete() before start()")
-        body = self._bodies.take(request)
-        try:
-            return await self._post(body)
-        except StaleConnection:
-            return await resend_once(self._post, body)
+    def _started(self) -> bool:
+        return self._session is not None
 
-    async def _post(self, body: bytes) -> CompletionResult:
+    async def _exchange(self, ex: Exchange) -> CompletionResult:
         assert self._session is not None
         loop = asyncio.get_running_loop()
-        acc = SseAccumulator()
-        got_response = False
-        upload = TrackedBody(body)
-        headers = {**_HEADERS, "Content-Length": str(len(body))}
-        try:
-            async with self._session.post(self._url, data=upload.chunks(), headers=headers) as resp:
-                got_response = True
-                if resp.status >= 400:
-                    raise http_status_error(resp.status, await resp.read())
-                streamed = resp.content_type == "text/event-stream"
-                if streamed:
-                    async for chunk in resp.content.iter_any():
-                        acc.feed_bytes(chunk, loop.time())
-                    acc.flush(loop.time())
-                else:
-                    raw = await resp.read()
-                    acc.feed_object(parse_json(raw), loop.time())
-                return acc.result(loop.time(), streamed)
-        except RequestFailed:
-            raise
-        except Exception as e:
-            error = _ERRORS.error(
-                e, self.options, answered=got_response, written_whole=upload.whole
-            )
-            if error is None:
-                raise
-            raise error from None
+        acc = ex.acc
+        chunks = ex.upload.chunks()
+        async with self._session.post(self._url, data=chunks, headers=ex.headers) as resp:
+            ex.answered = True
+            if resp.status >= 400:
+                raise http_status_error(resp.status, await resp.read())
+            streamed = resp.content_type == "text/event-stream"
+            if streamed:
+                async for chunk in resp.content.iter_any():
+                    acc.feed_bytes(chunk, loop.time())
+                acc.flush(loop.time())
+            else:
+                ex.whole_body(await resp.read(), loop.time())
+            return acc.result(loop.time(), streamed)
