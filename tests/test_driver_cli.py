@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -114,41 +115,38 @@ def test_server_gone_exits_nonzero_with_status_failed(tmp_path):
     assert run["status"] == "failed" and "server gone" in run["reason"]
 
 
+@contextlib.contextmanager
+def _running_until_seen(srv: FaultServer, calls: int, run_args: list[str]):
+    """`replay run` with `run_args` as a subprocess, handed over once `srv` has seen `calls`
+    requests (or after 30 s); killed on the way out if it is still running."""
+    proc = subprocess.Popen(
+        [*REPLAY, "run", *run_args],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while len(srv.seen) < calls and time.monotonic() < deadline:
+            time.sleep(0.05)
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_signal_stops_sending_flushes_records_and_exits_130(tmp_path, sig):
     trace = tmp_path / "t.jsonl"
     write_trace(make_trace({f"t{i}": [{"gap": 0.05}] * 50 for i in range(4)}), trace)
     out = tmp_path / "o"
     with FaultServer(ttft_s=0.05, decode_s=0.05) as srv:
-        proc = subprocess.Popen(
-            [
-                *REPLAY,
-                "run",
-                "--trace",
-                str(trace),
-                "--pool",
-                "4",
-                "--out",
-                str(out),
-                "--url",
-                srv.url,
-                "--json",
-            ],  # fmt: skip
-            cwd=ROOT,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        try:
-            deadline = time.monotonic() + 30
-            while len(srv.seen) < 8 and time.monotonic() < deadline:
-                time.sleep(0.05)
+        argv = ["--trace", str(trace), "--pool", "4", "--out", str(out), "--url", srv.url, "--json"]
+        with _running_until_seen(srv, 8, argv) as proc:
             proc.send_signal(sig)
             stdout, stderr = proc.communicate(timeout=30)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
         sent_at_stop = len(srv.seen)
     assert proc.returncode == 130, stderr
     run = orjson.loads((out / "run.json").read_bytes())
@@ -217,38 +215,14 @@ def test_second_signal_cancels_calls_in_flight_at_once(tmp_path):
     write_trace(make_trace({f"t{i}": [{}] * 3 for i in range(3)}), trace)
     out = tmp_path / "o"
     with FaultServer(ttft_s=60.0) as srv:  # every call hangs far beyond the 5 s grace
-        proc = subprocess.Popen(
-            [
-                *REPLAY,
-                "run",
-                "--trace",
-                str(trace),
-                "--pool",
-                "3",
-                "--out",
-                str(out),
-                "--url",
-                srv.url,
-            ],  # fmt: skip
-            cwd=ROOT,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        try:
-            deadline = time.monotonic() + 30
-            while len(srv.seen) < 3 and time.monotonic() < deadline:
-                time.sleep(0.05)
+        argv = ["--trace", str(trace), "--pool", "3", "--out", str(out), "--url", srv.url]
+        with _running_until_seen(srv, 3, argv) as proc:
             proc.send_signal(signal.SIGINT)
             time.sleep(0.3)
             t_second = time.monotonic()
             proc.send_signal(signal.SIGINT)
             _, stderr = proc.communicate(timeout=30)
             took_s = time.monotonic() - t_second
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
     assert proc.returncode == 130, stderr
     assert took_s < 4.0  # well inside the 5 s grace the first signal gave
     rows = pd.read_parquet(out / "calls.parquet")
