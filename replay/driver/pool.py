@@ -23,7 +23,7 @@ import numpy as np
 
 from replay.clock import VirtualTimeLoop
 from replay.counters import DEVICE_HIT_TOKENS, HOST_RESTORE_TOKENS
-from replay.driver.options import RunOptions
+from replay.driver.options import RunOptions, task_identity_fields
 from replay.driver.records import CallRecord, stream_columns
 from replay.errors import ErrorKind, RequestFailed, ServerGone
 from replay.protocol import (
@@ -444,6 +444,8 @@ class _Pool:
         if self.opt.request_extras is not None:
             forced_ids = forced.tolist() if forced is not None else None
             extras = self.opt.request_extras(c.output_len, forced_ids)
+        if self.opt.efficientagent_task_id:
+            extras = task_identity_fields(c.task, extras)
         return CompletionRequest(
             task=c.task,
             call=c.index,
