@@ -432,6 +432,8 @@ def _print(summary: dict, json_out: bool) -> None:
         f"calls        {s['calls']} of {s['calls_total']}  errors {s['errors']}  skipped {s['calls_skipped']}"
     )
     click.echo(f"makespan     {s['makespan_s']:.2f} s")
+    if s.get("study_makespan_s") is not None:  # first gap to last tail gap (EfficientAgent)
+        click.echo(f"  study def  {s['study_makespan_s']:.2f} s (first gap to last tail gap)")
     click.echo(
         f"tokens       prompt {s['prompt_tokens']}  output {s['output_tokens']}  cached {s['cached_tokens']}"
     )
