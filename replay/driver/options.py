@@ -21,7 +21,7 @@ RequestExtras = Callable[[int, list[int] | None], dict[str, Any]]
 # The key under which the EfficientAgent study's connector reads a request's task: its
 # kvtier/connector.py takes `kv_transfer_params.get("efficientagent.task_id")` (one flat key with
 # a dot, not a nested object) to count the distinct tasks looked up in the last 60 s, and its
-# replay client (replay/client.py `request_body`) sends it on every call.
+# replay client (efficientagent/replay/client.py `request_body`) sends it on every call.
 TASK_ID_KEY = "efficientagent.task_id"
 
 

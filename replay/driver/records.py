@@ -239,13 +239,13 @@ def _sum_known(rows: list[Mapping[str, Any]], key: str) -> int | None:
 
 def study_makespan_s(rows: Iterable[Mapping[str, Any]], tail_gaps_s: Mapping[str, float]) -> float:
     """The EfficientAgent study's makespan: from the run's start (time 0, when the first slots
-    begin their first call's gap) to the end of the last task's tail gap,
+    begin their first call's gap) to the end of the last task's tail gap, that is
     max over tasks of (the task's last t_end + its tail gap, scaled as replayed); 0 for no calls.
 
-    The release's client (efficientagent/replay/client.py `run`) starts its clock before its workers sleep
-    the first gap, and each worker sleeps a task's `tail_gap_s` after its last call, also after the
-    run's last task, before the clock stops; our `makespan_s` runs from the first send to the last
-    response, so it leaves out the first gap and the last tail gap."""
+    The release's client (efficientagent/replay/client.py `run`) starts its clock before its
+    workers sleep the first gap, and each worker sleeps a task's `tail_gap_s` after its last call,
+    also after the run's last task, before the clock stops. Our `makespan_s` runs from the first
+    send to the last response, so it leaves out the first gap and the last tail gap."""
     last: dict[str, float] = {}
     for r in rows:
         t = r["task"]
