@@ -69,4 +69,4 @@ def test_import_efficientagent(tmp_path: Path) -> None:
     )  # fmt: skip
     assert r.returncode == 0, r.stderr
     r = _replay("stats", str(out), "--json", cwd=tmp_path)
-    assert orjson.loads(r.stdout)["calls"] == 5
+    assert orjson.loads(r.stdout)["calls"] == 12  # tests/fixtures/efficientagent: 3 tasks x 4

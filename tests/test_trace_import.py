@@ -1,8 +1,11 @@
-"""Importers against the real traces in ../shared/traces and hand-written fixtures."""
+"""Importers against the real traces in ../shared/traces and fixtures in tests/fixtures."""
 
 from __future__ import annotations
 
+import gzip
+import hashlib
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -11,9 +14,11 @@ import pytest
 
 from replay.errors import ConfigError, TraceError
 from replay.trace.importers import import_trace
+from replay.trace.importers.efficientagent import prompt_sha256
 from replay.trace.io import read_trace, write_trace
 from replay.trace.model import Trace
 from replay.trace.stats import trace_stats
+from tests.make_efficientagent_fixture import fixture_trace, write_fixture
 from tests.shared_data import SHARED
 
 WEKA = SHARED / "traces" / "weka"
@@ -199,27 +204,104 @@ def test_mooncake_equal_hash_ids_give_equal_tokens() -> None:
     assert not np.array_equal(pa[512:1024], pb[512:1024])
 
 
-def test_efficientagent_fixture() -> None:
-    t = import_trace("efficientagent", [FIXTURES / "efficientagent"])
-    assert list(t.tasks) == ["astropy__astropy-2", "django__django-1"]  # by `order`
-    assert t.header.vocab_size == 100 and t.header.model == "tiny-test-model"
-    prompts = [s.prompt.tolist() for s in t.steps("django__django-1")]
-    assert prompts == [[1, 2, 3, 4, 5], [1, 2, 3, 4, 5, 6, 7, 8, 9], [1, 2, 3, 11, 12]]
-    d = t.tasks["django__django-1"]
-    assert [c.keep for c in d] == [0, 7, 3]  # the previous output moved into keep
-    assert [c.gap_s for c in d] == [0.0, 3.0, 1.5]
-    assert d[-1].tail_gap_s == 2.5 and d[-1].recorded == {"task_jct_s": 30.0}
-    assert [s.prompt.tolist() for s in t.steps("astropy__astropy-2")][1] == [20, 21, 22, 24, 25]
-    assert [s.output.tolist() for s in t.steps("astropy__astropy-2")] == [[23], [26, 27]]
+def _same_trace(got: Trace, want: Trace) -> None:
+    """Prompts, outputs, gaps and tail gaps of every task are those of `want`, in its order."""
+    assert list(got.tasks) == want.root_task_ids
+    for task in want.root_task_ids:
+        g, w = list(got.steps(task)), list(want.steps(task))
+        assert [s.prompt.tolist() for s in g] == [s.prompt.tolist() for s in w]
+        assert [s.output.tolist() for s in g] == [s.output.tolist() for s in w]
+        assert [s.call.gap_s for s in g] == [s.call.gap_s for s in w]
+        assert g[-1].call.tail_gap_s == (w[-1].call.tail_gap_s or 0.0)
+
+
+def test_efficientagent_release_layout_round_trips_the_generators_trace(tmp_path: Path) -> None:
+    want = fixture_trace()
+    write_fixture(tmp_path, want)
+    _same_trace(import_trace("efficientagent", [tmp_path]), want)
+
+
+def test_efficientagent_fixture_is_in_the_release_layout() -> None:
+    """The committed fixture: the release's manifest and file names, `seq` from 1, every field of
+    a call line, and hashes that hold (the import checks each call's prompt_sha256)."""
+    d = FIXTURES / "efficientagent"
+    manifest = json.loads((d / "trace_manifest.json").read_text())
+    assert manifest["schema"] == "efficientagent.replay_trace.v1"
+    names = sorted(p.name for p in d.glob("*.jsonl.gz"))
+    assert [f["file"] for f in manifest["files"]] == names
+    assert all(re.fullmatch(rf"{f['order']:03d}_{f['instance_id']}\.jsonl\.gz", f["file"])
+               for f in manifest["files"])  # fmt: skip
+    rows = _task_lines(d / names[0])
+    assert {"instance_id", "order", "tail_gap_s"} <= rows[0].keys()
+    assert [r["seq"] for r in rows[1:]] == list(range(1, len(rows)))
+    fields = {"seq", "gap_before_s", "prompt_shared", "prompt_suffix", "prompt_len", "output",
+              "output_len", "recorded_client_elapsed_s", "prompt_sha256"}  # fmt: skip
+    assert all(r.keys() == fields for r in rows[1:])
+    t = import_trace("efficientagent", [d])
+    assert list(t.tasks) == [f["instance_id"] for f in manifest["files"]]
+    assert t.prompt_tokens == manifest["prompt_tokens"] and len(t) == manifest["steps"]
+    assert t.output_tokens == manifest["output_tokens"]
+    # consecutive prompts keep the previous prompt and output: the output moves into `keep`
+    first = t.tasks[manifest["files"][0]["instance_id"]]
+    assert first[1].keep == first[0].prompt_len + first[0].output_len
+
+
+def test_prompt_sha256_is_the_releases_digest() -> None:
+    """SHA-256 of `json.dumps(ids)` (`[1, 2, 3]`), as the release's build_trace computes it."""
+    for ids in ([], [7], [1, 2, 3], list(range(0, 200_000, 7))):
+        want = hashlib.sha256(json.dumps(ids).encode()).hexdigest()
+        assert prompt_sha256(np.asarray(ids, dtype=np.int32)) == want
+
+
+def _task_lines(path: Path) -> list[dict]:
+    return [json.loads(line) for line in gzip.decompress(path.read_bytes()).splitlines()]
+
+
+def _rewrite_task(path: Path, edit) -> None:
+    rows = _task_lines(path)
+    edit(rows)
+    path.write_bytes(gzip.compress("".join(json.dumps(r) + "\n" for r in rows).encode()))
+
+
+def test_efficientagent_prompt_sha256_mismatch_names_file_line_and_field(tmp_path: Path) -> None:
+    write_fixture(tmp_path)
+    task = sorted(tmp_path.glob("*.jsonl.gz"))[1]
+
+    def edit(rows: list[dict]) -> None:  # one id of the third call's suffix changed
+        rows[3]["prompt_suffix"][-1] = (rows[3]["prompt_suffix"][-1] + 1) % 1000
+
+    _rewrite_task(task, edit)
+    with pytest.raises(TraceError) as ei:
+        import_trace("efficientagent", [tmp_path])
+    e = ei.value
+    assert (e.file, e.line, e.field) == (str(task), 4, "prompt_sha256")
+    assert "rebuild it" in e.why
+
+
+def test_efficientagent_without_prompt_sha256_still_imports(tmp_path: Path) -> None:
+    want = fixture_trace()
+    write_fixture(tmp_path, want)
+    for task in tmp_path.glob("*.jsonl.gz"):
+        _rewrite_task(task, lambda rows: [r.pop("prompt_sha256", None) for r in rows])
+    _same_trace(import_trace("efficientagent", [tmp_path]), want)
+
+
+def test_efficientagent_other_schema_is_refused(tmp_path: Path) -> None:
+    write_fixture(tmp_path)
+    m = tmp_path / "trace_manifest.json"
+    m.write_text(
+        json.dumps({**json.loads(m.read_text()), "schema": "efficientagent.replay_trace.v2"})
+    )
+    with pytest.raises(TraceError) as ei:
+        import_trace("efficientagent", [tmp_path])
+    assert ei.value.field == "schema" and "replay_trace.v1" in ei.value.why
 
 
 def test_efficientagent_bad_prompt_shared(tmp_path: Path) -> None:
-    import gzip
-
     p = tmp_path / "x.jsonl.gz"
     with gzip.open(p, "wb") as f:
         f.write(b'{"instance_id": "x", "order": 0}\n')
-        f.write(b'{"seq": 0, "gap_before_s": 0, "prompt_shared": 4, "prompt_suffix": [1], '
+        f.write(b'{"seq": 1, "gap_before_s": 0, "prompt_shared": 4, "prompt_suffix": [1], '
                 b'"prompt_len": 5, "output": [2], "output_len": 1}\n')  # fmt: skip
     with pytest.raises(TraceError) as ei:
         import_trace("efficientagent", [tmp_path])

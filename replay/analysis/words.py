@@ -16,6 +16,7 @@ __all__ = ["METRIC_NAMES", "comparison_sentence", "fmt_interval", "fmt_num", "fm
 
 METRIC_NAMES = {
     "makespan_s": "makespan",
+    "study_makespan_s": "study makespan",
     COMPUTED_PREFILL_TOKENS: "computed prefill",
     "host_restore_tokens": "host restores",
     "host_write_tokens": "host writes",

@@ -118,6 +118,12 @@ if TYPE_CHECKING:
     help="send recorded output ids for exact forcing [default: when the engine adapter can]",
 )
 @click.option(
+    "--efficientagent-task-id/--no-efficientagent-task-id",
+    default=None,
+    help='send kv_transfer_params {"efficientagent.task_id": TASK} with every request, as the '
+    "EfficientAgent study's client does for its connector [default: on for lmcache, else off]",
+)
+@click.option(
     "--truncate-prompt-tokens",
     type=int,
     default=None,
@@ -164,6 +170,7 @@ def command(
     request_timeout_s: float,
     server_gone_grace_s: float,
     forcing: bool | None,
+    efficientagent_task_id: bool | None,
     truncate_prompt_tokens: int | None,
     slo: str | None,
     repeats: int | None,
@@ -209,6 +216,9 @@ def command(
         raise ConfigError("run", "--scrape-interval-s", "must be > 0 seconds")
     adapter = get_engine("sim" if engine else (engine_kind or "external"))
     use_forcing = adapter.forcing if forcing is None else forcing
+    use_task_id = (
+        adapter.sends_task_id if efficientagent_task_id is None else efficientagent_task_id
+    )
     options = RunOptions(
         pool=pool,
         gap_scale=gap_scale,
@@ -224,6 +234,7 @@ def command(
         forcing=use_forcing,
         truncate_prompt_tokens=truncate_prompt_tokens,
         request_extras=adapter.request_extras,
+        efficientagent_task_id=use_task_id,
     )
     if repeats is not None:
         run_keys = dict(
@@ -231,6 +242,7 @@ def command(
             max_inflight=max_inflight, max_rps=max_rps, request_timeout_s=request_timeout_s,
             server_gone_grace_s=server_gone_grace_s, forcing=forcing,
             truncate_prompt_tokens=truncate_prompt_tokens,
+            efficientagent_task_id=efficientagent_task_id,
         )  # fmt: skip
         if url is not None:
             run_keys["transport"] = transport_name
@@ -420,6 +432,8 @@ def _print(summary: dict, json_out: bool) -> None:
         f"calls        {s['calls']} of {s['calls_total']}  errors {s['errors']}  skipped {s['calls_skipped']}"
     )
     click.echo(f"makespan     {s['makespan_s']:.2f} s")
+    if s.get("study_makespan_s") is not None:  # first gap to last tail gap (EfficientAgent)
+        click.echo(f"  study def  {s['study_makespan_s']:.2f} s (first gap to last tail gap)")
     click.echo(
         f"tokens       prompt {s['prompt_tokens']}  output {s['output_tokens']}  cached {s['cached_tokens']}"
     )

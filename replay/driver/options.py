@@ -8,7 +8,7 @@ from typing import Any, Literal
 
 from replay.errors import ConfigError
 
-__all__ = ["RunOptions", "TIMINGS", "ON_ERROR"]
+__all__ = ["RunOptions", "TIMINGS", "ON_ERROR", "task_identity_fields"]
 
 TIMINGS = ("think", "original")
 # Beyond this a scaled gap or arrival time (each at most 1e9 s) leaves any sensible clock range.
@@ -17,6 +17,24 @@ ON_ERROR = ("continue", "abort-task")
 
 # engine adapter hook: (max_tokens, forced output ids or None) -> extra request fields
 RequestExtras = Callable[[int, list[int] | None], dict[str, Any]]
+
+# The key under which the EfficientAgent study's connector reads a request's task: its
+# kvtier/connector.py takes `kv_transfer_params.get("efficientagent.task_id")` (one flat key with
+# a dot, not a nested object) to count the distinct tasks looked up in the last 60 s, and its
+# replay client (efficientagent/replay/client.py `request_body`) sends it on every call.
+TASK_ID_KEY = "efficientagent.task_id"
+
+
+def task_identity_fields(task: str, extras: dict[str, Any]) -> dict[str, Any]:
+    """`extras` with the task's identity added to `kv_transfer_params` (keys already there stay).
+
+    vLLM's completion request declares `kv_transfer_params` (vllm 0.33.0
+    entrypoints/openai/completion/protocol.py) and hands it to the KV connector in the sampling
+    params' `extra_args`; LMCache forwards only its own `lmcache.*` keys into its cache keys
+    (lmcache 0.5.6 integration/vllm/utils.py), so the identity changes no cache hit."""
+    params = dict(extras.get("kv_transfer_params") or {})
+    params[TASK_ID_KEY] = task
+    return {**extras, "kv_transfer_params": params}
 
 
 @dataclass(frozen=True)
@@ -37,6 +55,10 @@ class RunOptions:
     - `truncate_prompt_tokens`: keep only the first N tokens of every prompt (prefix sharing
       survives), for models shorter than the recorded context; None sends prompts whole.
     - `request_extras`: the engine adapter's hook; None is plain OpenAI.
+    - `efficientagent_task_id`: add `kv_transfer_params = {"efficientagent.task_id": task}` to
+      every request, the task identity the EfficientAgent study's connector reads
+      (`task_identity_fields`); the sweep and `replay run` turn it on for engines whose adapter
+      says so (lmcache), off otherwise.
     - `drift_warn_s`: p99 send drift above which the run warns that the client shaped the result.
     - `progress`: live progress on stderr; `progress_plain`: as plain lines even on a terminal.
     """
@@ -58,6 +80,7 @@ class RunOptions:
     truncate_prompt_tokens: int | None = None
     request_extras: RequestExtras | None = None
     drift_warn_s: float = 0.010
+    efficientagent_task_id: bool = False
 
     def __post_init__(self) -> None:
         def bad(field: str, why: str) -> ConfigError:

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from replay.counters import DEVICE_HIT_TOKENS, HOST_RESTORE_TOKENS
-from replay.driver.options import RunOptions
+from replay.driver.options import RunOptions, task_identity_fields
 from replay.driver.records import CallRecord, stream_columns
 from replay.errors import ErrorKind, RequestFailed
 from replay.protocol import CompletionRequest, CompletionResult
@@ -75,6 +75,8 @@ def build_request(step: Step, opt: RunOptions) -> CompletionRequest:
     if opt.request_extras is not None:
         forced_ids = forced.tolist() if forced is not None else None
         extras = opt.request_extras(c.output_len, forced_ids)
+    if opt.efficientagent_task_id:
+        extras = task_identity_fields(c.task, extras)
     return CompletionRequest(
         task=c.task,
         call=c.index,

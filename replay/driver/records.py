@@ -39,6 +39,7 @@ __all__ = [
     "read_jsonl",
     "write_parquet",
     "summarize",
+    "study_makespan_s",
     "percentile",
     "write_json_atomic",
     "chmod_by_umask",
@@ -236,16 +237,35 @@ def _sum_known(rows: list[Mapping[str, Any]], key: str) -> int | None:
     return int(sum(vals)) if vals else None
 
 
+def study_makespan_s(rows: Iterable[Mapping[str, Any]], tail_gaps_s: Mapping[str, float]) -> float:
+    """The EfficientAgent study's makespan: from the run's start (time 0, when the first slots
+    begin their first call's gap) to the end of the last task's tail gap, that is
+    max over tasks of (the task's last t_end + its tail gap, scaled as replayed); 0 for no calls.
+
+    The release's client (efficientagent/replay/client.py `run`) starts its clock before its
+    workers sleep the first gap, and each worker sleeps a task's `tail_gap_s` after its last call,
+    also after the run's last task, before the clock stops. Our `makespan_s` runs from the first
+    send to the last response, so it leaves out the first gap and the last tail gap."""
+    last: dict[str, float] = {}
+    for r in rows:
+        t = r["task"]
+        last[t] = max(last.get(t, r["t_end"]), r["t_end"])
+    return max((end + tail_gaps_s.get(t, 0.0) for t, end in last.items()), default=0.0)
+
+
 def summarize(
     rows: Sequence[Mapping[str, Any]],
     *,
     counters: Mapping[str, Any] | None = None,
     loop_lag_s: Iterable[float] = (),
     slo_s: Mapping[str, float] | None = None,
+    tail_gaps_s: Mapping[str, float] | None = None,
 ) -> dict[str, Any]:
     """The run summary of docs/results.md.
 
-    makespan_s = max(t_end) - min(t_send) over calls; TTFT = t_first_token - t_send (ok calls);
+    makespan_s = max(t_end) - min(t_send) over calls; with `tail_gaps_s` (each task's tail gap
+    as replayed), also `study_makespan_s` (the EfficientAgent study's definition, see
+    `study_makespan_s`); TTFT = t_first_token - t_send (ok calls);
     task JCT = last t_end - first t_send of the task; drift = t_send - t_ready (all calls).
     Server-side `counters` (canonical names) override the per-call sums where they are known.
     Token-level latencies, their p1..p99 table and goodput under `slo_s`: replay.driver.latency.
@@ -268,8 +288,10 @@ def summarize(
         r["completion_tokens"] if r.get("completion_tokens") is not None else r["max_tokens"]
         for r in ok
     )
-    out: dict[str, Any] = {
-        "makespan_s": makespan,
+    out: dict[str, Any] = {"makespan_s": makespan}
+    if tail_gaps_s is not None:
+        out["study_makespan_s"] = study_makespan_s(rows, tail_gaps_s)
+    out |= {
         "calls": len(rows),
         "errors": errors,
         "prompt_tokens": prompt_tokens,

@@ -194,7 +194,12 @@ def _run(
         if result is None:
             doc["reason"] = f"crashed: {sys.exc_info()[1]!r}"
             write_json_atomic(out / "run.json", doc)
-    summary = summarize(rows, counters=counters, loop_lag_s=result.loop_lag_s, slo_s=slo_s)
+    tail_gaps_s = {
+        t: (cs[-1].tail_gap_s or 0.0) * options.gap_scale for t, cs in trace.tasks.items()
+    }
+    summary = summarize(
+        rows, counters=counters, loop_lag_s=result.loop_lag_s, slo_s=slo_s, tail_gaps_s=tail_gaps_s
+    )
     summary["calls_total"] = result.total_calls
     summary["calls_skipped"] = result.skipped_calls
     summary["connection_retries"] = result.connection_retries

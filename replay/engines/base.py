@@ -81,6 +81,8 @@ class EngineAdapter:
     - `option_names`: the engine options this adapter understands (None: any); the sweep rejects
       others with an error naming the field.
     - `in_process`: runs inside the replay process (the simulator): no server, no scraping.
+    - `sends_task_id`: runs default to sending each request's task identity in
+      `kv_transfer_params` (`RunOptions.efficientagent_task_id`), for a KV connector that reads it.
 
     Hooks the sweep calls instead of branching on engine names:
 
@@ -110,6 +112,7 @@ class EngineAdapter:
     version_argv: Callable[[Mapping[str, Any]], list[str] | None] | None = None
     option_names: frozenset[str] | None = None
     in_process: bool = False
+    sends_task_id: bool = False
     options_type: type | None = None
     check_options: Callable[[Mapping[str, Any]], None] | None = None
     server_url: Callable[[Mapping[str, Any]], str] | None = None

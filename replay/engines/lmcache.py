@@ -16,6 +16,12 @@ LMCacheConnectorV1 (vllm 0.33.0 kv_connector/v1/lmcache_connector.py) does not i
 class answers success without clearing anything, so a probe after the reset still hits LMCache
 and a reset check could never pass.
 
+Requests carry `kv_transfer_params = {"efficientagent.task_id": task}` by default
+(`[run] efficientagent_task_id`, `replay run --efficientagent-task-id`): the EfficientAgent study's
+connector, a subclass of LMCacheConnectorV1, counts active tasks by it; LMCache itself forwards only
+`lmcache.*` keys of kv_transfer_params (lmcache 0.5.6 integration/vllm/utils.py), so the plain
+connector ignores it.
+
 Options: the vLLM ones (model, tp, device_kv_gib, ...) plus host_tier_gib (LMCache local CPU size,
 GiB per rank), chunk_tokens (default 256), prometheus_dir.
 """
@@ -99,6 +105,7 @@ ADAPTER = EngineAdapter(
     map_counters=map_counters,
     reset_path=None,  # see the module docstring: LMCache cannot be emptied through vLLM
     forcing=True,
+    sends_task_id=True,
     description="vLLM with LMCacheConnectorV1; host tier = LMCache local CPU (LMCACHE_MAX_LOCAL_CPU_SIZE)",
     verify=verify,
     version_argv=lambda o: [

@@ -25,6 +25,7 @@ __all__ = [
 
 TIME_COLUMNS = (
     "makespan_s",
+    "study_makespan_s",  # runs written before it existed lack it: then no column
     "relative_makespan",
     "slowdown_vs_recorded",
     "ttft_p50_s",
@@ -95,6 +96,13 @@ def measured_tables(a: Analysis) -> list[str]:
             rows.append([*(plain(v) for v in point.to_numpy()), n, *cells])
         lines += [f"**{title}** (mean ± 95% t-interval half-width [min–max] over repeats)", ""]
         lines += md_table(header, rows)
+    if "study_makespan_s" in present:
+        lines += [
+            "`makespan` runs from the first send to the last response; `study makespan` is the "
+            "EfficientAgent study's: from the run's start (before the first call's gap) to the "
+            "end of the last task's tail gap.",
+            "",
+        ]
     cv = a.agg[a.agg["metric"] == "makespan_s"]["cv"].dropna()
     if not cv.empty:
         lines += [

@@ -1,31 +1,72 @@
 """EfficientAgent `replay_trace.v1` directories -> v1 ids trace.
 
-Layout: `trace_manifest.json` plus one `*.jsonl.gz` per task. A task file's first line is its
-header (`instance_id`, `order`, `tail_gap_s`, `recorded_jct_s`); each further line is a call
-(`seq`, `gap_before_s`, `prompt_shared` = tokens kept from the previous *prompt*,
-`prompt_suffix` ids, `prompt_len`, `output` ids, `output_len`). Our `keep` counts tokens of the
-previous *context* (prompt + output), so when a call keeps the whole previous prompt and its
-suffix starts with the previous output, those output tokens move into `keep`: same prompt,
-smaller delta. Tasks are ordered by `order`, then `instance_id`.
+Layout (the study's release, efficientagent/replay/build_trace.py): `trace_manifest.json` (schema
+`efficientagent.replay_trace.v1`, `files`) plus one `NNN_<task>.jsonl.gz` per task. A task file's
+first line is its header (`instance_id`, `order`, `tail_gap_s`, `recorded_jct_s`); each further
+line is a call (`seq`, `gap_before_s`, `prompt_shared` = tokens kept from the previous *prompt*,
+`prompt_suffix` ids, `prompt_len`, `output` ids, `output_len`, `recorded_client_elapsed_s`,
+`prompt_sha256`). Our `keep` counts tokens of the previous *context* (prompt + output), so when a
+call keeps the whole previous prompt and its suffix starts with the previous output, those output
+tokens move into `keep`: same prompt, smaller delta. Tasks are ordered by `order`, then
+`instance_id`.
+
+`prompt_sha256`, when present, is checked against the prompt rebuilt from the deltas, so a damaged
+or mis-assembled file fails at import rather than replaying other prompts than were recorded.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
+import re
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
+import orjson
 
 from replay.errors import TraceError
 from replay.trace.importers.common import expand_sources, iter_jsonl, load_json, token_ids
 from replay.trace.model import Call, Trace, TraceHeader
 from replay.trace.stats import common_prefix_len
 
-__all__ = ["import_efficientagent", "MANIFEST_NAME"]
+__all__ = ["import_efficientagent", "prompt_sha256", "MANIFEST_NAME", "SCHEMA"]
 
 MANIFEST_NAME = "trace_manifest.json"
+SCHEMA = "efficientagent.replay_trace.v1"
+_HEX64 = re.compile(r"[0-9a-f]{64}")
+
+
+def prompt_sha256(prompt: np.ndarray) -> str:
+    """The release's prompt digest: SHA-256 of the prompt's ids as Python's `json.dumps` writes a
+    list of ints, ASCII, `[1, 2, 3]` (comma and one space between ids, none inside the brackets).
+    The release computes `hashlib.sha256(json.dumps(p).encode())` over the prompt id list `p`
+    (efficientagent/replay/build_trace.py `build_task`, and synthetic_trace.py `generate`).
+    orjson writes `[1,2,3]`; ids hold no commas, so adding the space after each comma gives the
+    same bytes at a fraction of json.dumps' time on 100K-token prompts."""
+    text = orjson.dumps(np.ascontiguousarray(prompt), option=orjson.OPT_SERIALIZE_NUMPY)
+    return hashlib.sha256(text.replace(b",", b", ")).hexdigest()
+
+
+def _check_sha256(row: dict, prompt: np.ndarray, file: str, line: int) -> None:
+    want = row.get("prompt_sha256")
+    if want is None:
+        return
+    if not isinstance(want, str) or not _HEX64.fullmatch(want):
+        raise TraceError(
+            file, line, "prompt_sha256", "is not 64 lower-case hex digits; fix or drop the field"
+        )
+    got = prompt_sha256(prompt)
+    if got != want:
+        raise TraceError(
+            file,
+            line,
+            "prompt_sha256",
+            f"{want[:12]}... does not match the prompt rebuilt from prompt_shared + "
+            f"prompt_suffix ({got[:12]}...: SHA-256 of the ids written '[1, 2, 3]'); the file "
+            "is damaged or its deltas are wrong: rebuild it with the release's build_trace",
+        )
 
 
 def _nonneg_int(obj: dict, key: str, file: str, line: int) -> int:
@@ -84,6 +125,8 @@ def _task(path: Path) -> tuple[tuple[float, str], list[Call]]:
         output_len = row.get("output_len", len(output))
         if output_len != len(output):
             raise TraceError(file, lineno, "output_len", f"{output_len} != len(output)")
+        prompt = np.concatenate([prev_prompt[:shared], suffix])
+        _check_sha256(row, prompt, file, lineno)
         keep, append = shared, suffix
         if shared == len(prev_prompt) and len(prev_out):
             extra = common_prefix_len(suffix, prev_out)
@@ -101,7 +144,7 @@ def _task(path: Path) -> tuple[tuple[float, str], list[Call]]:
                 line=lineno,
             )
         )
-        prev_prompt = np.concatenate([prev_prompt[:shared], suffix])
+        prev_prompt = prompt
         prev_out = output
     if not calls:
         raise TraceError(file, None, None, "task has a header but no calls")
@@ -122,6 +165,11 @@ def import_efficientagent(
             data = load_json(m)
             if not isinstance(data, dict):
                 raise TraceError(str(m), None, None, "the manifest must be a JSON object")
+            schema = data.get("schema", SCHEMA)
+            if schema != SCHEMA:
+                raise TraceError(
+                    str(m), None, "schema", f"is {schema!r}; this importer reads {SCHEMA!r}"
+                )
             manifest = {**data, **manifest}
     files = expand_sources(sources, "*.jsonl.gz")
     if not files:
@@ -149,6 +197,8 @@ def import_efficientagent(
         vocab_size=vocab,
         model=model,
         source="efficientagent",
-        meta={k: v for k, v in manifest.items() if k in ("format", "tokenizer", "dataset")},
+        meta={
+            k: v for k, v in manifest.items() if k in ("schema", "format", "tokenizer", "dataset")
+        },
     )
     return Trace(header, calls)
