@@ -110,10 +110,22 @@ class TaskKeyer:
                     acc += pre[r - 1] * self._powinv[r - 1]
                 p = acc * self._pow[idx]
             pre[r:] = p
-            ids = self._ids
-            keys[r:] = [ids.setdefault(k, len(ids)) for k in p.tolist()]
+            keys[r:] = self._dense(p.tolist())
         self._last[task] = (prompt, output, keys, pre)
         return keys
+
+    def _dense(self, hashes: list[int]) -> list[int]:
+        """Dense ids of prefix hashes, new ones numbered in order of first appearance. Mapped
+        with C-level passes (`map`, `dict.update`) instead of a Python call per block."""
+        ids = self._ids
+        got = list(map(ids.get, hashes))
+        if None not in got:
+            return got  # type: ignore[return-value]
+        new = [h for h, i in zip(hashes, got, strict=True) if i is None]
+        if len(set(new)) < len(new):  # a hash twice in one context: number one at a time
+            return [ids.setdefault(h, len(ids)) for h in hashes]
+        ids.update(zip(new, range(len(ids), len(ids) + len(new)), strict=True))
+        return list(map(ids.__getitem__, hashes))
 
     def forget(self, task: str) -> None:
         self._last.pop(task, None)
