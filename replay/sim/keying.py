@@ -114,18 +114,27 @@ class TaskKeyer:
         self._last[task] = (prompt, output, keys, pre)
         return keys
 
-    def _dense(self, hashes: list[int]) -> list[int]:
-        """Dense ids of prefix hashes, new ones numbered in order of first appearance. Mapped
-        with C-level passes (`map`, `dict.update`) instead of a Python call per block."""
+    def _dense(self, hashes: list[int]) -> np.ndarray:
+        """Dense ids of prefix hashes (one context's, in order), new ones numbered in order.
+
+        A key is only ever added together with every prefix before it, so along one context the
+        known keys are a leading run: a binary search finds where it ends, and the rest are new
+        and take consecutive ids (no Python call per block). A 64-bit collision, whose odds the
+        module docstring gives, would merge two prefixes here as it would anywhere."""
         ids = self._ids
-        got = list(map(ids.get, hashes))
-        if None not in got:
-            return got  # type: ignore[return-value]
-        new = [h for h, i in zip(hashes, got, strict=True) if i is None]
-        if len(set(new)) < len(new):  # a hash twice in one context: number one at a time
-            return [ids.setdefault(h, len(ids)) for h in hashes]
-        ids.update(zip(new, range(len(ids), len(ids) + len(new)), strict=True))
-        return list(map(ids.__getitem__, hashes))
+        lo, hi = 0, len(hashes)  # hashes[:lo] known, hashes[hi:] new
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if hashes[mid] in ids:
+                lo = mid + 1
+            else:
+                hi = mid
+        n0 = len(ids)
+        out = np.empty(len(hashes), dtype=np.int64)
+        out[:lo] = list(map(ids.__getitem__, hashes[:lo]))
+        out[lo:] = np.arange(n0, n0 + len(hashes) - lo, dtype=np.int64)
+        ids.update(zip(hashes[lo:], range(n0, n0 + len(hashes) - lo), strict=True))
+        return out
 
     def forget(self, task: str) -> None:
         self._last.pop(task, None)
