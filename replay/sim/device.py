@@ -21,6 +21,8 @@ import numpy as np
 
 __all__ = ["DeviceTier"]
 
+_FEW = 4  # evictions up to this many blocks take the scalar path
+
 
 class DeviceTier:
     """Block pool of `capacity_blocks` blocks. All key arguments are int64 arrays of dense ids."""
@@ -177,6 +179,10 @@ class DeviceTier:
     # -- eviction -------------------------------------------------------------------------------
 
     def _evict(self, need: int) -> np.ndarray:
+        if self.eviction == "block" and need <= _FEW:
+            few = self._evict_few(need)
+            if few is not None:
+                return few
         out: list[np.ndarray] = []
         got = 0
         prio, buf = self._prio, self._buf
@@ -211,6 +217,33 @@ class DeviceTier:
         self.n_cached -= len(ev)
         self.n_free -= len(ev)
         self.evicted_blocks += len(ev)
+        return ev
+
+    def _evict_few(self, need: int) -> np.ndarray | None:
+        """`_evict` for a few blocks (a decode crossing a block boundary, the common case),
+        scanning the queue head one entry at a time instead of with vector ops; None (nothing
+        changed) when stale entries make the scan long, for the vector path to do instead."""
+        buf, prio = self._buf, self._prio
+        head, n, base = self._head, self._n, self._base
+        victims: list[int] = []
+        stop = min(n, head + 4 * _FEW)
+        i = head
+        while i < stop:
+            k = int(buf[i])
+            if prio[k] == base + i:
+                victims.append(k)
+                if len(victims) == need:
+                    break
+            i += 1
+        else:
+            return None
+        ev = np.array(victims, dtype=np.int64)
+        self._head = i + 1
+        self._resident[ev] = False
+        prio[ev] = -1
+        self.n_cached -= need
+        self.n_free -= need
+        self.evicted_blocks += need
         return ev
 
     def clear(self) -> None:

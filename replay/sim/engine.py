@@ -193,13 +193,16 @@ class SimEngine:
         return plan
 
     def _plan(self, now: float) -> Plan | None:
-        self._expire_pins(now)
+        if self.pins:
+            self._expire_pins(now)
+        B = self.B
         for s in self.running:
             if s.state == "loading" and s.ready_at <= now:
                 s.state = "prefill"
         while True:
             decode = [s for s in self.running if s.state == "decode"]
-            one = [self._blocks_for(s, s.kv + 1) for s in decode]
+            # blocks each decode needs for one more token (inlined _blocks_for: a hot path)
+            one = [max(0, -(-(s.kv + 1) // B) - s.held - s.anon) for s in decode]
             need = sum(one)
             if need <= self.device.n_available:
                 break
@@ -431,8 +434,11 @@ class SimEngine:
             for step in plan.chunk_steps[:steps]:
                 for s, n in step:
                     s.computed += n
-        need = [self._blocks_for(s, s.kv + steps) for s in plan.decode]
-        self._allocate(sum(need), t_end)
+        B = self.B
+        need = [max(0, -(-(s.kv + steps) // B) - s.held - s.anon) for s in plan.decode]
+        total = sum(need)
+        if total:
+            self._allocate(total, t_end)
         for s, n in zip(plan.decode, need, strict=True):
             s.anon += n
             s.kv += steps
