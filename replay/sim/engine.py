@@ -202,7 +202,7 @@ class SimEngine:
         while True:
             decode = [s for s in self.running if s.state == "decode"]
             # blocks each decode needs for one more token (inlined _blocks_for: a hot path)
-            one = [max(0, -(-(s.kv + 1) // B) - s.held - s.anon) for s in decode]
+            one = [d if (d := -(-(s.kv + 1) // B) - s.held - s.anon) > 0 else 0 for s in decode]
             need = sum(one)
             if need <= self.device.n_available:
                 break
@@ -435,7 +435,9 @@ class SimEngine:
                 for s, n in step:
                     s.computed += n
         B = self.B
-        need = [max(0, -(-(s.kv + steps) // B) - s.held - s.anon) for s in plan.decode]
+        need = [
+            d if (d := -(-(s.kv + steps) // B) - s.held - s.anon) > 0 else 0 for s in plan.decode
+        ]
         total = sum(need)
         if total:
             self._allocate(total, t_end)

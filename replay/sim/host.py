@@ -69,8 +69,7 @@ class HostTier:
         """New stamps for `keys` (present; `fresh`: just written, in no run yet)."""
         if len(keys):
             if not fresh:  # their previous queue entries go stale
-                stale = np.bincount(self._run_of[keys])
-                self._run_valid[: len(stale)] -= stale
+                np.subtract.at(self._run_valid, self._run_of[keys], 1)
             base = self._next
             self._stamp[keys] = base + np.arange(len(keys), dtype=np.int64)
             self._next += len(keys)
