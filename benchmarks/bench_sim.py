@@ -7,7 +7,8 @@ the same replay in real time). Each point runs BENCH_SIM_REPEATS (>= 3) times, t
 interleaved over the points; a point's figures are the median [min-max] of its repetitions, and
 `sim_speedup_vs_real` is the worst point's median (the goal checks it). `sim_speedup_vs_cpu`
 (simulated makespan / CPU seconds) is beside it: on a shared machine wall time also counts other
-processes. Goals: >= 1,000x and < 10 s a point. Also renders the explainer figure (session vs
+processes. Goals: >= 1,000x and < 10 s a point, and >= 5,000x simulated seconds per CPU second of
+the process (`sim_speedup_vs_cpu` of the worst point: other processes' load does not decide it). Also renders the explainer figure (session vs
 block eviction, six sessions) to results/figures/sim_explainer_eviction.png.
 """
 
@@ -125,6 +126,7 @@ def run() -> dict:
             reps[i].append(_point(trace, dataclasses.replace(CONFIG, host_tier_gib=g)))
     points = [_summary(r) for r in reps]
     worst = min(points, key=lambda p: p["sim_speedup_vs_real"])
+    worst_cpu = min(points, key=lambda p: p["sim_speedup_vs_cpu"])
     fig = explainer_figure()
     return {
         "trace": {"calls": len(trace), "prompt_tokens": trace.prompt_tokens, "synth_s": synth_s},
@@ -134,7 +136,8 @@ def run() -> dict:
         "points": points,
         "sim_speedup_vs_real": worst["sim_speedup_vs_real"],
         "sim_speedup_vs_real_spread": worst["sim_speedup_vs_real_spread"],
-        "sim_speedup_vs_cpu": min(p["sim_speedup_vs_cpu"] for p in points),
+        "sim_speedup_vs_cpu": worst_cpu["sim_speedup_vs_cpu"],
+        "sim_speedup_vs_cpu_spread": worst_cpu["sim_speedup_vs_cpu_spread"],
         "sim_speedup_vs_real_median": sorted(p["sim_speedup_vs_real"] for p in points)[
             len(points) // 2
         ],
@@ -143,6 +146,7 @@ def run() -> dict:
         "goals": {
             "sim_speedup_vs_real>=1000": worst["sim_speedup_vs_real"] >= 1000,
             "sim_speedup_vs_real>=5000": worst["sim_speedup_vs_real"] >= 5000,
+            "sim_speedup_vs_cpu>=5000": worst_cpu["sim_speedup_vs_cpu"] >= 5000,
         },
         "goal_wall_s_per_point": 10,
         "explainer_figure": str(fig),

@@ -104,6 +104,23 @@ def test_register_shares_a_block_another_request_cached_meanwhile():
     dev.check()
 
 
+@pytest.mark.parametrize("stale", [3, 30])
+def test_eviction_skips_stale_queue_entries_however_many(stale):
+    """A re-acquired request leaves stale queue entries ahead of the only free block: a few are
+    skipped one by one, many send the eviction to its vector scan; both find the same block."""
+    dev = DeviceTier(stale + 1)
+    a = np.arange(stale, dtype=np.int64)
+    run_request(dev, a)
+    dev.release(a)
+    run_request(dev, k(50))
+    dev.release(k(50))
+    assert dev.match(a) == stale
+    dev.acquire(a)  # a's queue entries go stale; 50 is the only free block
+    assert dev.allocate(1).tolist() == [50]
+    assert dev.allocate(1) is None  # nothing left to evict, nothing changed
+    dev.check()
+
+
 class BruteDevice:
     """Oracle: dicts and lists, one block at a time."""
 
@@ -181,9 +198,16 @@ class DeviceMachine(RuleBasedStateMachine):
         self.dev: DeviceTier | None = None
         self.ref: BruteDevice | None = None
 
-    @initialize(capacity=st.integers(1, 12), eviction=st.sampled_from(["block", "session"]))
-    def init(self, capacity, eviction):
-        self.dev = DeviceTier(capacity, eviction)
+    @initialize(
+        capacity=st.integers(1, 12),
+        eviction=st.sampled_from(["block", "session"]),
+        grow=st.booleans(),
+    )
+    def init(self, capacity, eviction, grow):
+        # grow=False is how the engine builds it: keys reserved up front, no size check per call
+        self.dev = DeviceTier(capacity, eviction, grow=grow)
+        if not grow:
+            self.dev.reserve(16)
         self.ref = BruteDevice(capacity, eviction)
 
     @rule(

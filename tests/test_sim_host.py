@@ -53,9 +53,11 @@ ops = st.lists(
 
 
 @settings(max_examples=200, deadline=None)
-@given(capacity=st.integers(1, 8), ops=ops)
-def test_matches_an_ordered_dict_lru(capacity, ops):
-    h = HostTier(capacity)
+@given(capacity=st.integers(1, 8), ops=ops, grow=st.booleans())
+def test_matches_an_ordered_dict_lru(capacity, ops, grow):
+    h = HostTier(capacity, grow=grow)
+    if not grow:  # as the engine builds it: keys reserved up front, no size check per call
+        h.reserve(13)
     lru: OrderedDict[int, bool] = OrderedDict()
     evicted = unread = 0
     for op, keys in ops:

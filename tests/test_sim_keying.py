@@ -64,6 +64,23 @@ def test_agrees_with_chunk_keyer_on_random_edits(calls, block):
     assert_same_partition(pairs)
 
 
+def test_ids_are_numbered_in_order_of_first_appearance():
+    """Dense ids are the order in which each block prefix first appears over the calls (what a
+    per-block dict numbering gives), so records do not depend on how the keyer finds them."""
+    trace = synth("swe-agent", tasks=6, seed=4, scale=0.05)
+    ours, ref = TaskKeyer(16), ChunkKeyer(16)
+    first: dict[int, int] = {}
+    for task in trace.task_ids:
+        for s in trace.steps(task):
+            got = ours.keys(task, s.prompt, s.output)
+            want = [
+                first.setdefault(x, len(first))
+                for x in ref.keys(np.concatenate([s.prompt, s.output])).tolist()
+            ]
+            assert got.tolist() == want
+    assert len(ours) == len(first)
+
+
 def test_common_prefix():
     a = np.array([1, 2, 3, 4])
     assert common_prefix(a, np.array([1, 2, 9])) == 2

@@ -165,7 +165,9 @@ class DeclineReuse:
         self.capacity = capacity_chunks
         self._last = np.full(0, -1, dtype=np.int64)  # stamp of each key's last reference
         self._declined = np.full(0, -1, dtype=np.int64)  # stamp at decline, -1: not pending
-        self._per_stamp: list[int] = []  # keys whose last reference carries this stamp
+        # keys whose last reference carries each stamp (the first `_stamps` entries are live)
+        self._per_stamp = np.zeros(1024, dtype=np.int64)
+        self._stamps = 0
         self.within = 0
         self.beyond = 0
 
@@ -180,21 +182,24 @@ class DeclineReuse:
     def reference(self, keys: np.ndarray) -> None:
         """A first lookup of these (distinct) chunk keys."""
         self._grow(keys)
-        stamp = len(self._per_stamp)
+        stamp = self._stamps
         pending = keys[self._declined[keys] >= 0]
         if len(pending):
             # distinct keys last referenced after stamp s: suffix sums of the per-stamp counts
-            after = np.concatenate([np.cumsum(self._per_stamp[::-1])[::-1], [0]])
+            per = self._per_stamp[:stamp]
+            after = np.concatenate([np.cumsum(per[::-1])[::-1], [0]])
             dist = after[self._declined[pending] + 1]
             beyond = int((dist >= self.capacity).sum())
             self.beyond += beyond
             self.within += len(pending) - beyond
             self._declined[pending] = -1
         old = self._last[keys]
-        for s in old[old >= 0].tolist():
-            self._per_stamp[s] -= 1
+        np.subtract.at(self._per_stamp, old[old >= 0], 1)
         self._last[keys] = stamp
-        self._per_stamp.append(len(keys))
+        if stamp >= len(self._per_stamp):
+            self._per_stamp = np.concatenate([self._per_stamp, np.zeros_like(self._per_stamp)])
+        self._per_stamp[stamp] = len(keys)
+        self._stamps += 1
 
     def declined(self, keys: np.ndarray) -> None:
         """These chunks (each referenced before) were declined."""

@@ -21,17 +21,22 @@ import numpy as np
 
 __all__ = ["DeviceTier"]
 
+_FEW = 4  # evictions up to this many blocks take the scalar path
+
 
 class DeviceTier:
     """Block pool of `capacity_blocks` blocks. All key arguments are int64 arrays of dense ids."""
 
-    def __init__(self, capacity_blocks: int, eviction: str = "block"):
+    def __init__(self, capacity_blocks: int, eviction: str = "block", grow: bool = True):
         if capacity_blocks <= 0:
             raise ValueError("capacity_blocks must be positive")
         if eviction not in ("block", "session"):
             raise ValueError(f"unknown eviction {eviction!r}")
         self.capacity = int(capacity_blocks)
         self.eviction = eviction
+        # grow=False: the owner calls `reserve` for every key before using it, and the per-call
+        # methods skip their own size check (a reduction over the keys each time)
+        self.grow = grow
         n = 1024
         self._resident = np.zeros(n, dtype=bool)
         self._refcnt = np.zeros(n, dtype=np.int32)
@@ -49,6 +54,10 @@ class DeviceTier:
         self.evicted_blocks = 0
 
     # -- sizing ---------------------------------------------------------------------------------
+
+    def reserve(self, n_keys: int) -> None:
+        """Make room for keys below `n_keys`."""
+        self._ensure(n_keys - 1)
 
     def _ensure(self, max_key: int) -> None:
         n = len(self._resident)
@@ -74,15 +83,17 @@ class DeviceTier:
         """Number of leading keys that are resident (the cached prefix, in blocks)."""
         if len(keys) == 0:
             return 0
-        self._ensure(int(keys.max()))
+        if self.grow:
+            self._ensure(int(keys.max()))
         r = self._resident[keys]
-        return len(keys) if r.all() else int(r.argmin())
+        i = int(r.argmin())  # the first non-resident key, or 0 when all are resident
+        return i if not r[i] else len(keys)
 
     def free_among(self, keys: np.ndarray) -> int:
         """How many of these resident keys are free (would stop being evictable if acquired)."""
         if len(keys) == 0:
             return 0
-        return int((self._refcnt[keys] == 0).sum())
+        return int(np.count_nonzero(self._refcnt[keys] == 0))
 
     def is_resident(self, key: int) -> bool:
         return key < len(self._resident) and bool(self._resident[key])
@@ -98,7 +109,7 @@ class DeviceTier:
             return
         rc = self._refcnt[keys]
         was_free = rc == 0
-        n = int(was_free.sum())
+        n = int(np.count_nonzero(was_free))
         if n:
             self.n_free -= n
             self._prio[keys[was_free]] = -1
@@ -130,7 +141,8 @@ class DeviceTier:
             return
         if len(keys) > self.n_anon:
             raise AssertionError("register without enough anonymous blocks held")
-        self._ensure(int(keys.max()))
+        if self.grow:
+            self._ensure(int(keys.max()))
         res = self._resident[keys]
         new = keys[~res]
         old = keys[res]
@@ -146,7 +158,7 @@ class DeviceTier:
         if len(keys) == 0:
             return
         rc = self._refcnt[keys] - 1
-        if (rc < 0).any():
+        if rc.min() < 0:
             raise AssertionError("refcount would go negative")
         self._refcnt[keys] = rc
         freed = keys[rc == 0][::-1]
@@ -177,6 +189,10 @@ class DeviceTier:
     # -- eviction -------------------------------------------------------------------------------
 
     def _evict(self, need: int) -> np.ndarray:
+        if self.eviction == "block" and need <= _FEW:
+            few = self._evict_few(need)
+            if few is not None:
+                return few
         out: list[np.ndarray] = []
         got = 0
         prio, buf = self._prio, self._buf
@@ -211,6 +227,33 @@ class DeviceTier:
         self.n_cached -= len(ev)
         self.n_free -= len(ev)
         self.evicted_blocks += len(ev)
+        return ev
+
+    def _evict_few(self, need: int) -> np.ndarray | None:
+        """`_evict` for a few blocks (a decode crossing a block boundary, the common case),
+        scanning the queue head one entry at a time instead of with vector ops; None (nothing
+        changed) when stale entries make the scan long, for the vector path to do instead."""
+        buf, prio = self._buf, self._prio
+        head, n, base = self._head, self._n, self._base
+        victims: list[int] = []
+        stop = min(n, head + 4 * _FEW)
+        i = head
+        while i < stop:
+            k = int(buf[i])
+            if prio[k] == base + i:
+                victims.append(k)
+                if len(victims) == need:
+                    break
+            i += 1
+        else:
+            return None
+        ev = np.array(victims, dtype=np.int64)
+        self._head = i + 1
+        self._resident[ev] = False
+        prio[ev] = -1
+        self.n_cached -= need
+        self.n_free -= need
+        self.evicted_blocks += need
         return ev
 
     def clear(self) -> None:

@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from itertools import accumulate
 
 import numpy as np
 
@@ -123,11 +124,12 @@ class SimEngine:
         if cfg.costs:
             fitted = FittedCostModel(load_costs(cfg.costs))
             self.cost, self.request_overhead_s = fitted, fitted.request_overhead_s
-        self.device = DeviceTier(cfg.device_blocks, cfg.device_eviction)
+        # the engine reserves each request's keys once, at submit (see `submit`)
+        self.device = DeviceTier(cfg.device_blocks, cfg.device_eviction, grow=False)
         # llamacpp: slots and a whole-prompt RAM tier replace block sharing and the chunked tier
         self.slots = SlotPersonality(cfg) if cfg.personality == "llamacpp" else None
         has_host = cfg.host_chunks > 0 and self.slots is None
-        self.host = HostTier(cfg.host_chunks) if has_host else None
+        self.host = HostTier(cfg.host_chunks, grow=False) if has_host else None
         self.admission = make_admission(cfg)
         self.declines = DeclineReuse(cfg.host_chunks) if self.host is not None else None
         self._rng = np.random.default_rng(cfg.seed) if cfg.jitter > 0 else None
@@ -149,8 +151,13 @@ class SimEngine:
 
     def submit(self, seq: Seq, now: float) -> None:
         """Queue a request. The caller checked its size against `max_request_tokens`."""
-        if len(seq.keys) and self.cfg.write_policy == "write-back":
-            self._note_positions(seq.keys)
+        if len(seq.keys):
+            n_keys = int(seq.keys.max()) + 1
+            self.device.reserve(n_keys)
+            if self.host is not None:
+                self.host.reserve(n_keys)
+            if self.cfg.write_policy == "write-back":
+                self._note_positions(seq.keys)
         seq.arrival = now
         seq.state = "waiting"
         seq.prefill_len = seq.prompt_len
@@ -193,13 +200,16 @@ class SimEngine:
         return plan
 
     def _plan(self, now: float) -> Plan | None:
-        self._expire_pins(now)
+        if self.pins:
+            self._expire_pins(now)
+        B = self.B
         for s in self.running:
             if s.state == "loading" and s.ready_at <= now:
                 s.state = "prefill"
         while True:
             decode = [s for s in self.running if s.state == "decode"]
-            one = [self._blocks_for(s, s.kv + 1) for s in decode]
+            # blocks each decode needs for one more token (inlined _blocks_for: a hot path)
+            one = [d if (d := -(-(s.kv + 1) // B) - s.held - s.anon) > 0 else 0 for s in decode]
             need = sum(one)
             if need <= self.device.n_available:
                 break
@@ -285,7 +295,8 @@ class SimEngine:
                 break
         if decode and len(steps) > 1:
             steps = steps[: self._steps_that_fit(decode, len(steps))]
-        cum = np.cumsum(durs[: len(steps)])
+        # running sums left to right, as np.cumsum adds, without converting the list first
+        cum = np.array(list(accumulate(durs[: len(steps)])))
         timer = self.next_timer()
         if timer is not None and timer > now and len(cum) > 1:
             k = int(np.searchsorted(cum, timer - now, side="left")) + 1
@@ -431,8 +442,13 @@ class SimEngine:
             for step in plan.chunk_steps[:steps]:
                 for s, n in step:
                     s.computed += n
-        need = [self._blocks_for(s, s.kv + steps) for s in plan.decode]
-        self._allocate(sum(need), t_end)
+        B = self.B
+        need = [
+            d if (d := -(-(s.kv + steps) // B) - s.held - s.anon) > 0 else 0 for s in plan.decode
+        ]
+        total = sum(need)
+        if total:
+            self._allocate(total, t_end)
         for s, n in zip(plan.decode, need, strict=True):
             s.anon += n
             s.kv += steps

@@ -22,10 +22,13 @@ __all__ = ["HostTier"]
 class HostTier:
     """LRU set of chunk keys (int64 arrays of dense ids) with capacity `capacity_chunks` (> 0)."""
 
-    def __init__(self, capacity_chunks: int):
+    def __init__(self, capacity_chunks: int, grow: bool = True):
         if capacity_chunks <= 0:
             raise ValueError("capacity_chunks must be positive")
         self.capacity = int(capacity_chunks)
+        # grow=False: the owner calls `reserve` for every key before using it, and the per-call
+        # methods skip their own size check (a reduction over the keys each time)
+        self.grow = grow
         n = 1024
         self._present = np.zeros(n, dtype=bool)
         self._read = np.zeros(n, dtype=bool)  # restored at least once since written
@@ -45,10 +48,15 @@ class HostTier:
     def __len__(self) -> int:
         return self.size
 
+    def reserve(self, n_keys: int) -> None:
+        """Make room for keys below `n_keys`."""
+        self._grow_to(n_keys - 1)
+
     def _ensure(self, keys: np.ndarray) -> None:
-        if len(keys) == 0:
-            return
-        m = int(keys.max())
+        if self.grow and len(keys):
+            self._grow_to(int(keys.max()))
+
+    def _grow_to(self, m: int) -> None:
         n = len(self._present)
         if m < n:
             return
@@ -69,8 +77,7 @@ class HostTier:
         """New stamps for `keys` (present; `fresh`: just written, in no run yet)."""
         if len(keys):
             if not fresh:  # their previous queue entries go stale
-                stale = np.bincount(self._run_of[keys])
-                self._run_valid[: len(stale)] -= stale
+                np.subtract.at(self._run_valid, self._run_of[keys], 1)
             base = self._next
             self._stamp[keys] = base + np.arange(len(keys), dtype=np.int64)
             self._next += len(keys)
@@ -89,7 +96,8 @@ class HostTier:
         self._ensure(keys)
         p = self._present[keys]
         self._touch(keys[p])
-        return len(keys) if p.all() else int(p.argmin())
+        i = int(p.argmin())  # the first absent key, or 0 when all are present
+        return i if not p[i] else len(keys)
 
     def missing(self, keys: np.ndarray) -> np.ndarray:
         if len(keys) == 0:
@@ -151,7 +159,9 @@ class HostTier:
                 self._present[victims] = False
                 self._stamp[victims] = -1
                 self._run_valid[rid] -= len(victims)
-                self.chunks_evicted_unread += int((~self._read[victims]).sum())
+                self.chunks_evicted_unread += len(victims) - int(
+                    np.count_nonzero(self._read[victims])
+                )
                 got += len(victims)
         self.size -= got
         self.chunks_evicted += got

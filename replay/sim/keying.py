@@ -67,12 +67,10 @@ class TaskKeyer:
         self._pow, self._powinv = p, q
 
     def _block_hashes(self, tokens: np.ndarray) -> np.ndarray:
-        b = self.block_tokens
-        x = tokens.astype(np.uint64).reshape(-1, b)
-        with np.errstate(over="ignore"):
-            return splitmix64(
-                (splitmix64(x * _TOKEN_MUL) * self._tokw).sum(axis=1, dtype=np.uint64)
-            )
+        # the token mix runs over the flat array (a 2-D view and an errstate context cost more
+        # than the arithmetic): uint64 array arithmetic wraps silently, only numpy scalars warn
+        x = splitmix64(tokens.astype(np.uint64) * _TOKEN_MUL).reshape(-1, self.block_tokens)
+        return splitmix64((x * self._tokw).sum(axis=1, dtype=np.uint64))
 
     def keys(self, task: str, prompt: np.ndarray, output: np.ndarray) -> np.ndarray:
         prompt = np.asarray(prompt, dtype=np.int32)
@@ -103,17 +101,36 @@ class TaskKeyer:
             else:
                 tail = np.concatenate([prompt[start:], output])[: n * b - start]
             h = self._block_hashes(tail)
-            idx = np.arange(r, n)
-            with np.errstate(over="ignore"):
-                acc = np.cumsum(h * self._powinv[idx], dtype=np.uint64)
-                if r:
-                    acc += pre[r - 1] * self._powinv[r - 1]
-                p = acc * self._pow[idx]
+            acc = np.cumsum(h * self._powinv[r:n], dtype=np.uint64)
+            if r:  # numpy scalars warn on wrapping: multiply as one-element arrays
+                acc += pre[r - 1 : r] * self._powinv[r - 1 : r]
+            p = acc * self._pow[r:n]
             pre[r:] = p
-            ids = self._ids
-            keys[r:] = [ids.setdefault(k, len(ids)) for k in p.tolist()]
+            keys[r:] = self._dense(p.tolist())
         self._last[task] = (prompt, output, keys, pre)
         return keys
+
+    def _dense(self, hashes: list[int]) -> np.ndarray:
+        """Dense ids of prefix hashes (one context's, in order), new ones numbered in order.
+
+        A key is only ever added together with every prefix before it, so along one context the
+        known keys are a leading run: a binary search finds where it ends, and the rest are new
+        and take consecutive ids (no Python call per block). A 64-bit collision, whose odds the
+        module docstring gives, would merge two prefixes here as it would anywhere."""
+        ids = self._ids
+        lo, hi = 0, len(hashes)  # hashes[:lo] known, hashes[hi:] new
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if hashes[mid] in ids:
+                lo = mid + 1
+            else:
+                hi = mid
+        n0 = len(ids)
+        out = np.empty(len(hashes), dtype=np.int64)
+        out[:lo] = list(map(ids.__getitem__, hashes[:lo]))
+        out[lo:] = np.arange(n0, n0 + len(hashes) - lo, dtype=np.int64)
+        ids.update(zip(hashes[lo:], range(n0, n0 + len(hashes) - lo), strict=True))
+        return out
 
     def forget(self, task: str) -> None:
         self._last.pop(task, None)

@@ -149,7 +149,8 @@ class EngineRunner:
                 t = eng.next_timer()
                 await clock.wait(None if t is None else t - now, waker, True)
                 continue
-            cum = plan.cum * eng.service_factor()
+            factor = eng.service_factor()
+            cum = plan.cum if factor == 1.0 else plan.cum * factor
             if plan.interruptible and len(cum) > 1:
                 k = len(cum)
                 if await clock.wait(float(cum[-1]), waker, True):  # an arrival: cut the stretch
