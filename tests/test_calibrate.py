@@ -200,6 +200,19 @@ def test_calibrate_a_simulated_sweep_predicts_its_other_points(tmp_path, capsys,
     # the text form names the costs file and every point
     code, out, _ = _run(argv[:-1], capsys)
     assert code == 0 and "fitted.toml" in out and "host_tier_gib=0.0078125" in out
+    # every run recorded the machine's load; on the simulator (virtual time, no jitter) no run
+    # is slower than another, so each speed factor is 1 and the errors at run speed are zero
+    code, out, err = _run([*argv, "--per-run-speed"], capsys)
+    assert code == 0, err
+    report = orjson.loads(out)
+    assert len(report["runs"]) == 4 and report["per_run_speed"] is True
+    for r in report["runs"]:
+        assert r["speed"] == pytest.approx(1.0, rel=0.02), r
+        assert isinstance(r["load_average_1m"], float) and r["load_average_1m"] >= 0
+        assert isinstance(r["load_average_1m_end"], float)
+    for row in report["fit"] + report["heldout"]:
+        assert abs(row["makespan_error_at_run_speed"]) < 0.02, row["point"]
+    assert "per_run_speed = true" in (tmp_path / "fitted.toml").read_text()
 
 
 @pytest.mark.parametrize(
