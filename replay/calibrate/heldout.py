@@ -204,7 +204,8 @@ def calibrate(
         for run_dir in pr.run_dirs:
             rows = rows_by_run[run_dir]
             if name in fit_points:
-                speed = next(fitted_speeds) if rows else None
+                fitted = next(fitted_speeds) if rows else None
+                speed = fitted if per_run_speed else None  # all 1 when not fitted
             elif per_run_speed and rows:
                 speed = fit_speed(rows, fit.costs, servers, chunk, batch)
             else:
