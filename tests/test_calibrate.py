@@ -10,7 +10,7 @@ import orjson
 import pandas as pd
 import pytest
 
-from replay.calibrate.fit import CallRow, fit_costs, service_starts
+from replay.calibrate.fit import CallRow, fit_costs, fit_speed, service_starts
 from replay.cli.main import main
 from replay.driver.options import RunOptions
 from replay.errors import ConfigError
@@ -29,11 +29,16 @@ TRUE = FittedCosts(
 )
 
 
-def _records(tmp_path: Path, seats: int, pool: int) -> list[CallRow]:
-    """One simulated llama.cpp-like run with known costs, read back from its calls.parquet."""
-    costs = tmp_path / "true.toml"
-    costs.write_text(costs_toml(TRUE))
-    trace = synth("swe-agent", tasks=8, seed=1, vocab_size=8192, scale=0.06, max_calls_per_task=6)
+def _records(
+    tmp_path: Path, seats: int, pool: int, slower: float = 1.0, seed: int = 1
+) -> list[CallRow]:
+    """One simulated llama.cpp-like run with known costs (every one `slower` times TRUE's, as a
+    machine busy for the whole run would make them), read back from its calls.parquet."""
+    costs = tmp_path / f"true-{slower}.toml"
+    costs.write_text(costs_toml(FittedCosts(**{k: v * slower for k, v in TRUE.to_dict().items()})))
+    trace = synth(
+        "swe-agent", tasks=8, seed=seed, vocab_size=8192, scale=0.06, max_calls_per_task=6
+    )
     cfg = SimConfig(
         model="tiny-gguf",
         tp=1,
@@ -43,7 +48,7 @@ def _records(tmp_path: Path, seats: int, pool: int) -> list[CallRow]:
         personality="llamacpp",
         costs=str(costs),
     )
-    out = tmp_path / f"run{seats}"
+    out = tmp_path / f"run{seats}-{pool}-{slower}-{seed}"
     summary = replay_on_sim(trace, cfg, RunOptions(pool=pool, gap_scale=0.1), out)
     assert summary["status"] == "ok" and summary["host_restore_tokens"] > 0
     df = pd.read_parquet(out / "calls.parquet")
@@ -82,6 +87,29 @@ def test_fit_recovers_decode_costs_under_batching(tmp_path):
     assert got.decode_s_per_seq == pytest.approx(TRUE.decode_s_per_seq, rel=0.02)
     assert got.prefill_s_per_token == pytest.approx(TRUE.prefill_s_per_token, rel=0.05)
     assert fit.decode_residual_rel < 0.03
+
+
+def test_per_run_speed_recovers_the_costs_and_each_runs_slowdown(tmp_path):
+    """Three runs, one of them 1.5x slower throughout (a loaded machine): the pooled fit carries
+    the slow run into the costs; with a speed factor per run the slowdown comes back within 2%
+    and the costs as close as a fit of equal-speed runs with two seats gets them (decode within
+    4%, prefill within 5%)."""
+    runs = [
+        _records(tmp_path, seats=2, pool=6),
+        _records(tmp_path, seats=2, pool=6, seed=2),
+        _records(tmp_path, seats=2, pool=6, slower=1.5, seed=3),
+    ]
+    pooled = fit_costs(runs, servers=2)
+    assert pooled.costs.decode_s_per_seq > 1.1 * TRUE.decode_s_per_seq
+    fit = fit_costs(runs, servers=2, per_run_speed=True)
+    assert fit.speeds == pytest.approx([1.0, 1.0, 1.5], rel=0.02)
+    got = fit.costs
+    assert got.decode_step_s == pytest.approx(TRUE.decode_step_s, rel=0.04)
+    assert got.decode_s_per_seq == pytest.approx(TRUE.decode_s_per_seq, rel=0.04)
+    assert got.prefill_s_per_token == pytest.approx(TRUE.prefill_s_per_token, rel=0.05)
+    # a held-out run's slowdown, from its own records with the costs held fixed
+    assert fit_speed(runs[2], got, servers=2) == pytest.approx(1.5, rel=0.02)
+    assert fit_speed(runs[0], got, servers=2) == pytest.approx(1.0, rel=0.02)
 
 
 def test_service_starts_are_first_come_first_served():
@@ -158,6 +186,19 @@ def test_calibrate_a_simulated_sweep_predicts_its_other_points(tmp_path, capsys,
     # the text form names the costs file and every point
     code, out, _ = _run(argv[:-1], capsys)
     assert code == 0 and "fitted.toml" in out and "host_tier_gib=0.0078125" in out
+    # every run recorded the machine's load; on the simulator (virtual time, no jitter) no run
+    # is slower than another, so each speed factor is 1 and the errors at run speed are zero
+    code, out, err = _run([*argv, "--per-run-speed"], capsys)
+    assert code == 0, err
+    report = orjson.loads(out)
+    assert len(report["runs"]) == 4 and report["per_run_speed"] is True
+    for r in report["runs"]:
+        assert r["speed"] == pytest.approx(1.0, rel=0.02), r
+        assert isinstance(r["load_average_1m"], float) and r["load_average_1m"] >= 0
+        assert isinstance(r["load_average_1m_end"], float)
+    for row in report["fit"] + report["heldout"]:
+        assert abs(row["makespan_error_at_run_speed"]) < 0.02, row["point"]
+    assert "per_run_speed = true" in (tmp_path / "fitted.toml").read_text()
 
 
 @pytest.mark.parametrize(

@@ -201,6 +201,32 @@ def test_timed_simulation_queues_when_slots_are_busy():
     assert res.calls[2].slot == res.calls[0].slot  # a2 waited for a0's slot
 
 
+def test_a_waiting_call_chooses_among_every_slot_one_step_freed():
+    """a0 and a1 end in the same step while a2 waits: the server releases both slots before it
+    serves the deferred a2, which then takes a1's slot by its shared prefix (60 tokens reused),
+    not the first slot freed (a0's, nothing reused)."""
+    a0, a1 = ids(0, 100).astype(np.int32), ids(5_000, 100).astype(np.int32)
+    a2 = np.concatenate([a1[:60], ids(9_000, 40).astype(np.int32)])
+    calls = [Call(f"a{k}", 0, 0.0, 0, p, len(p), 5) for k, p in enumerate((a0, a1, a2))]
+    t = Trace(TraceHeader(tokens="ids", vocab_size=10_000_000), calls)
+    events = [(("a0", 0), 0.0, 1.0), (("a1", 0), 0.0, 1.0), (("a2", 0), 0.0, 2.0)]
+    res = simulate_timed(t, events, cfg(slots=2, mib=0))
+    by_ref = {c.ref: c for c in res.calls}
+    assert by_ref[("a2", 0)].slot == by_ref[("a1", 0)].slot
+    assert by_ref[("a2", 0)].cached_tokens == 60
+
+
+def test_slots_freed_at_one_time_count_as_freed_in_index_order():
+    """Slots the same step frees are stamped one after another in index order, so LRU takes the
+    lowest of them; slots never used tie, and the server's `<=` takes the last."""
+    cache = WholePromptCache(cfg(slots=3, mib=0))
+    slots = [cache.admit(ids(1_000 * (k + 1), 50)).slot for k in range(3)]
+    assert slots == [2, 1, 0]
+    for k, slot in enumerate(slots):
+        cache.release(slot, ids(1_000 * (k + 1), 50), 3, 1.0)
+    assert cache.admit(ids(50_000, 50)).slot == 0
+
+
 def brute_force(prompts: list[np.ndarray], outs: list[int], slots: int, limit_tokens: int):
     """The same server rules written as plainly as possible, on token lists (generated tokens are
     unique negative ids), with one byte per token and no overhead: the oracle."""

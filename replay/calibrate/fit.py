@@ -15,6 +15,13 @@ Pure: call rows in, coefficients and residuals out. Two non-negative least-squar
 
 The per-chunk restore cost is fitted only where restores come in chunks (`chunk_tokens` > 0); a
 whole-prompt tier (llama.cpp) moves one entry per restore and folds it into the overhead.
+
+With `per_run_speed`, each run also gets a speed factor: on a shared machine other processes take
+the CPU for a whole run at a time, which stretches every one of its costs by about the same
+factor. The fit then alternates the pooled costs (on each run's times divided by its factor) with
+each run's factor (the least-squares scale between its times and the costs' prediction), the
+factors normalised to a median of 1: the costs are those of the median fitted run, and a slow
+run no longer drags them.
 """
 
 from __future__ import annotations
@@ -28,7 +35,7 @@ from scipy.optimize import nnls
 
 from replay.sim.fitted_cost import FittedCosts
 
-__all__ = ["CallRow", "FitResult", "fit_costs", "service_starts"]
+__all__ = ["CallRow", "FitResult", "fit_costs", "fit_speed", "service_starts"]
 
 
 @dataclass(frozen=True)
@@ -53,6 +60,7 @@ class FitResult:
     decode_residual_rms_s: float
     decode_residual_rel: float
     notes: list[str] = field(default_factory=list)
+    speeds: list[float] = field(default_factory=list)  # per run, time / median run's time
 
     def summary(self) -> dict[str, float | int | str]:
         return {
@@ -165,38 +173,109 @@ def _intrusions(
     return into_prefill, into_decode, batch
 
 
+def _observed_and_predicted(
+    run: _Run, parts: tuple[np.ndarray, ...], cp: np.ndarray, cd: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """A run's fitted times (service to first token, and decode, less other calls' work inside
+    them) and what the costs `cp`, `cd` predict for them."""
+    into_prefill, into_decode, batch = parts
+    ok = run.steps >= 1
+    observed = np.concatenate(
+        [run.t_first - run.start - into_prefill, (run.t_end - run.t_first - into_decode)[ok]]
+    )
+    predicted = np.concatenate([run.x @ cp, (run.steps * (cd[0] + cd[1] * batch))[ok]])
+    return observed, predicted
+
+
+def _scale(observed: np.ndarray, predicted: np.ndarray) -> float:
+    """The least-squares factor s of observed ~ s * predicted (1 when nothing is predicted)."""
+    den = float(predicted @ predicted)
+    return float(observed @ predicted) / den if den > 0 else 1.0
+
+
+def fit_speed(
+    rows: Sequence[CallRow],
+    costs: FittedCosts,
+    servers: int,
+    chunk_tokens: int = 0,
+    batch_tokens: int = 8192,
+    rounds: int = 4,
+) -> float:
+    """How much slower than `costs` one run ran (its speed factor, 1 = as fitted), from its own
+    records with the costs held fixed: the load the machine carried during that run."""
+    run = _prepare(rows, servers, chunk_tokens)
+    cp = np.array(
+        [
+            costs.request_overhead_s,
+            costs.prefill_s_per_token,
+            costs.attention_s_per_pair,
+            costs.restore_s_per_token,
+            *([costs.restore_s_per_chunk] if chunk_tokens > 0 else []),
+        ]
+    )
+    cd = np.array([costs.decode_step_s, costs.decode_s_per_seq])
+    speed = 1.0
+    for _ in range(rounds):
+        parts = _intrusions(run, cp * speed, cd * speed, batch_tokens)
+        speed = _scale(*_observed_and_predicted(run, parts, cp, cd))
+    return speed
+
+
 def fit_costs(
     runs: Sequence[Sequence[CallRow]],
     servers: int,
     chunk_tokens: int = 0,
     batch_tokens: int = 8192,
     rounds: int = 6,
+    per_run_speed: bool = False,
 ) -> FitResult:
     """Fit the cost model to the calls of `runs` (each a list of one run's rows) of an engine that
     serves up to `servers` calls at once. Other calls' work inside a call's windows depends on
-    the costs being fitted, so the two fits alternate for `rounds` rounds (from none)."""
+    the costs being fitted, so the two fits alternate for `rounds` rounds (from none). With
+    `per_run_speed`, each run gets its own speed factor too (module docstring)."""
     prepared = [_prepare(rows, servers, chunk_tokens) for rows in runs if rows]
     if not prepared:
         raise ValueError("no calls to fit")
     xp = np.vstack([r.x for r in prepared])
-    ttft = np.concatenate([r.t_first - r.start for r in prepared])
     cp, cd = np.zeros(xp.shape[1]), np.zeros(2)
+    speeds = np.ones(len(prepared))
     notes: list[str] = []
-    for _ in range(rounds):
-        parts = [_intrusions(r, cp, cd, batch_tokens) for r in prepared]
-        yp = ttft - np.concatenate([p[0] for p in parts])
+    for _ in range(2 * rounds if per_run_speed else rounds):
+        parts = [
+            _intrusions(r, cp * v, cd * v, batch_tokens)
+            for r, v in zip(prepared, speeds, strict=True)
+        ]
+        yp = np.concatenate(
+            [
+                (r.t_first - r.start - p[0]) / v
+                for r, p, v in zip(prepared, parts, speeds, strict=True)
+            ]
+        )
         cp, res_p = _nnls(xp, yp)
-        parts = [_intrusions(r, cp, cd, batch_tokens) for r in prepared]
+        parts = [
+            _intrusions(r, cp * v, cd * v, batch_tokens)
+            for r, v in zip(prepared, speeds, strict=True)
+        ]
         xd, yd = [], []
-        for r, (_, into_decode, batch) in zip(prepared, parts, strict=True):
+        for r, (_, into_decode, batch), v in zip(prepared, parts, speeds, strict=True):
             ok = r.steps >= 1
             xd.append(np.column_stack([r.steps, r.steps * batch])[ok])
-            yd.append((r.t_end - r.t_first - into_decode)[ok])
+            yd.append(((r.t_end - r.t_first - into_decode) / v)[ok])
         x_d, y_d = np.vstack(xd), np.concatenate(yd)
         if len(y_d):
             cd, res_d = _nnls(x_d, y_d)
         else:
             res_d = np.zeros(0)
+        if per_run_speed:
+            speeds = np.array(
+                [
+                    _scale(*_observed_and_predicted(r, p, cp, cd))
+                    for r, p in zip(prepared, parts, strict=True)
+                ]
+            )
+            speeds = np.where(speeds > 0, speeds, 1.0)
+            median = float(np.median(speeds))
+            speeds, cp, cd = speeds / median, cp * median, cd * median
     if not len(y_d):
         notes.append("no call decoded more than one token: decode costs are 0")
     if not (xp[:, 3] > 0).any():
@@ -225,4 +304,5 @@ def fit_costs(
         decode_residual_rms_s=rms(res_d),
         decode_residual_rel=rel(res_d, y_d),
         notes=notes,
+        speeds=[float(v) for v in speeds],
     )

@@ -5,6 +5,13 @@ calls of the named points' runs, writes the costs file, then replays the experim
 the simulator at every point (fitted costs, the engine's personality, the point's cache sizes) and
 compares each with the mean of that point's measured runs. Errors are signed and relative,
 (simulated - measured) / measured; the device hit fraction's is the difference of fractions.
+
+With `per_run_speed` (a shared, loaded machine), the fit gives each fitted run a speed factor
+(replay.calibrate.fit) and every other run gets one from its own records at the fitted costs. The
+plain errors then predict at the median fitted run's speed; the `*_at_run_speed` errors simulate
+each measured run at its own factor, which takes the machine's load out of the comparison and
+leaves the cost model's and the cache's error. Each run's factor is listed beside the load
+averages its provenance recorded, so the two can be checked against each other.
 """
 
 from __future__ import annotations
@@ -16,12 +23,12 @@ from typing import Any
 
 import numpy as np
 
-from replay.calibrate.fit import fit_costs
-from replay.calibrate.records import ResultsDir, call_rows, run_totals
+from replay.calibrate.fit import fit_costs, fit_speed
+from replay.calibrate.records import ResultsDir, call_rows, run_load_averages, run_totals
 from replay.counters import COMPUTED_PREFILL_TOKENS
 from replay.errors import ConfigError
 from replay.model.presets import GIB
-from replay.sim.fitted_cost import costs_toml
+from replay.sim.fitted_cost import FittedCosts, costs_toml
 
 __all__ = ["calibrate", "sim_options_for", "servers_for"]
 
@@ -130,8 +137,20 @@ def _hit_fraction(device_hit: float | None, prompt: float | None) -> float | Non
     return None if device_hit is None or not prompt else float(device_hit) / float(prompt)
 
 
+def _at_speed(costs: FittedCosts, speed: float, path: Path) -> str:
+    """A costs file for one run: every cost times its speed factor."""
+    path.write_text(
+        costs_toml(FittedCosts(**{k: v * speed for k, v in costs.to_dict().items()})),
+        encoding="utf-8",
+    )
+    return str(path)
+
+
 def calibrate(
-    results: ResultsDir, fit_points: Sequence[str], costs_path: str | Path
+    results: ResultsDir,
+    fit_points: Sequence[str],
+    costs_path: str | Path,
+    per_run_speed: bool = False,
 ) -> dict[str, Any]:
     """Fit on `fit_points`, write `costs_path`, simulate every point; the report as a dict."""
     from replay.sweep.prepare import load_trace
@@ -151,11 +170,13 @@ def calibrate(
         raise ConfigError(src, "matrix.engine", "calibrate one engine at a time")
     (engine,) = engines
     runs, measured = [], {}
+    rows_by_run: dict[Path, list] = {}
     for name, pr in results.points.items():
         _, options, _ = resolved[name]
         totals = []
         for run_dir in pr.run_dirs:
             rows, restored = call_rows(run_dir, engine, options, trace)
+            rows_by_run[run_dir] = rows
             t = run_totals(run_dir)
             if engine == "llamacpp":  # reuse split by the whole-prompt model on the run's times
                 cached = sum(r.cached_tokens for r in rows)
@@ -171,27 +192,59 @@ def calibrate(
 
         chunk = SimConfig.from_options(**fit_options).chunk_tokens
     batch = int(fit_options.get("batch_tokens") or fit_options.get("max_num_batched_tokens") or 0)
+    batch = batch or (2048 if engine == "llamacpp" else 8192)
+    servers = servers_for(engine, fit_options)
     fit = fit_costs(
-        runs,
-        servers_for(engine, fit_options),
-        chunk_tokens=chunk,
-        batch_tokens=batch or (2048 if engine == "llamacpp" else 8192),
+        runs, servers, chunk_tokens=chunk, batch_tokens=batch, per_run_speed=per_run_speed
     )
+    # every run's speed factor (1 without per_run_speed) and the load its provenance recorded
+    fitted_speeds = iter(fit.speeds)
+    run_rows: list[dict[str, Any]] = []
+    for name, pr in results.points.items():
+        for run_dir in pr.run_dirs:
+            rows = rows_by_run[run_dir]
+            if name in fit_points:
+                fitted = next(fitted_speeds) if rows else None
+                speed = fitted if per_run_speed else None  # all 1 when not fitted
+            elif per_run_speed and rows:
+                speed = fit_speed(rows, fit.costs, servers, chunk, batch)
+            else:
+                speed = None
+            start, end = run_load_averages(run_dir)
+            run_rows.append(
+                {
+                    "point": name,
+                    "run": run_dir.name,
+                    "role": "fit" if name in fit_points else "heldout",
+                    "speed": speed,
+                    "load_average_1m": start,
+                    "load_average_1m_end": end,
+                }
+            )
+    loads = [r["load_average_1m"] for r in run_rows if r["load_average_1m"] is not None]
     costs_file = Path(costs_path)
     provenance = {
         "results": str(results.path),
         "engine": engine,
         "fit_points": list(fit_points),
+        "per_run_speed": per_run_speed,
         **{k: v for k, v in fit.summary().items()},
+        "fit_run_speeds": [r["speed"] for r in run_rows if r["role"] == "fit"]
+        if per_run_speed
+        else None,
+        "load_average_1m_range": [min(loads), max(loads)] if loads else None,
     }
     costs_file.write_text(costs_toml(fit.costs, provenance), encoding="utf-8")
     report: dict[str, Any] = {
         "engine": engine,
         "costs": fit.costs.to_dict(),
         "residuals": fit.summary(),
+        "per_run_speed": per_run_speed,
+        "runs": run_rows,
         "fit": [],
         "heldout": [],
     }
+    speeds = {(r["point"], r["run"]): r["speed"] for r in run_rows}
     for name, pr in results.points.items():
         _, options, run = resolved[name]
         meas = measured[name]
@@ -219,5 +272,40 @@ def calibrate(
             "simulated": {k: sim.get(k) for k in meas},
             "measured": meas,
         }
+        if per_run_speed:
+            row.update(
+                _at_run_speed(results, trace, engine, options, run, pr, fit.costs, speeds, meas)
+            )
         report["fit" if name in fit_points else "heldout"].append(row)
     return report
+
+
+def _at_run_speed(
+    results: ResultsDir,
+    trace: Any,
+    engine: str,
+    options: Mapping[str, Any],
+    run: dict,
+    pr: Any,
+    costs: FittedCosts,
+    speeds: Mapping[tuple[str, str], float | None],
+    meas: Mapping[str, Any],
+) -> dict[str, Any]:
+    """The point simulated once per measured run at that run's speed factor: errors of the mean."""
+    sims = []
+    with tempfile.TemporaryDirectory(prefix="replay-calibrate-speed-") as tmp:
+        for run_dir in pr.run_dirs:
+            speed = speeds.get((pr.name, run_dir.name))
+            if speed is None:
+                continue
+            path = _at_speed(costs, speed, Path(tmp) / f"{run_dir.name}.toml")
+            kw = sim_options_for(results, engine, options, path)
+            sims.append(_simulate(results, trace, engine, kw, run))
+    if not sims:
+        return {}
+    makespan = _mean([s.get("makespan_s") for s in sims])
+    ttft = _mean([s.get("ttft_p50_s") for s in sims])
+    return {
+        "makespan_error_at_run_speed": _err(makespan, meas.get("makespan_s")),
+        "ttft_p50_error_at_run_speed": _err(ttft, meas.get("ttft_p50_s")),
+    }

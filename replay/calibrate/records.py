@@ -24,7 +24,14 @@ from replay.counters import COMPUTED_PREFILL_TOKENS
 from replay.errors import ConfigError
 from replay.sweep.config import Experiment, Point, load_experiment
 
-__all__ = ["ResultsDir", "PointRuns", "read_results", "call_rows", "RUN_TOTALS"]
+__all__ = [
+    "ResultsDir",
+    "PointRuns",
+    "read_results",
+    "call_rows",
+    "run_load_averages",
+    "RUN_TOTALS",
+]
 
 # run totals compared between measured and simulated runs (run.json summary keys)
 RUN_TOTALS = (
@@ -141,3 +148,14 @@ def run_totals(run_dir: Path) -> dict[str, float | None]:
     """The run.json summary values compared with the simulation."""
     summary = json.loads((run_dir / "run.json").read_text()).get("summary") or {}
     return {k: summary.get(k) for k in RUN_TOTALS}
+
+
+def run_load_averages(run_dir: Path) -> tuple[float | None, float | None]:
+    """The 1-minute load average at the run's start and end, as its provenance recorded them
+    (None for runs written before provenance carried them)."""
+    prov = json.loads((run_dir / "run.json").read_text()).get("provenance") or {}
+
+    def first(v: Any) -> float | None:
+        return float(v[0]) if isinstance(v, list) and v and isinstance(v[0], int | float) else None
+
+    return first(prov.get("load_average")), first(prov.get("load_average_end"))

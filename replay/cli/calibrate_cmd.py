@@ -49,6 +49,23 @@ def _text(report: dict[str, Any], costs_path: str) -> str:
                 f"{'-' if hit is None else f'{hit:+.3f}':>9}"
             )
     lines.append("(hit frac: simulated minus measured device hit fraction, absolute)")
+    if report.get("per_run_speed"):
+        lines += ["", "at each run's own speed factor (the machine's load taken out):"]
+        lines.append(f"  {'point':<34} {'makespan':>9} {'TTFT p50':>9}")
+        for row in report["fit"] + report["heldout"]:
+            if "makespan_error_at_run_speed" in row:
+                lines.append(
+                    f"  {row['point']:<34} {_pct(row['makespan_error_at_run_speed']):>9} "
+                    f"{_pct(row['ttft_p50_error_at_run_speed']):>9}"
+                )
+    lines += ["", "runs (speed: time / the median fitted run's; load: 1-minute load average):"]
+    for r in report.get("runs", []):
+        speed = "-" if r["speed"] is None else f"{r['speed']:.2f}"
+        load = [r["load_average_1m"], r["load_average_1m_end"]]
+        loads = " -> ".join("-" if v is None else f"{v:.1f}" for v in load)
+        lines.append(
+            f"  {r['point']:<34} {r['run']:<4} {r['role']:<8} speed {speed:>5}  load {loads}"
+        )
     return "\n".join(lines)
 
 
@@ -63,13 +80,21 @@ def _text(report: dict[str, Any], costs_path: str) -> str:
 )
 @click.option("-o", "--out", "out", required=True, type=click.Path(), help="costs TOML to write")
 @click.option("--json", "as_json", is_flag=True, help="print the report as JSON")
-def command(results_dir: Path, fit_points: tuple[str, ...], out: str, as_json: bool) -> None:
+@click.option(
+    "--per-run-speed",
+    is_flag=True,
+    help="fit a speed factor per run beside the costs (a shared machine whose load changes "
+    "between runs); also report each point's errors simulated at its runs' own factors",
+)
+def command(
+    results_dir: Path, fit_points: tuple[str, ...], out: str, as_json: bool, per_run_speed: bool
+) -> None:
     """Fit the simulator's costs to the measured runs of RESULTS_DIR's --fit points, simulate
     every point with them and the engine's personality, and report the errors."""
     from replay.calibrate.heldout import calibrate
     from replay.calibrate.records import read_results
 
-    report = calibrate(read_results(results_dir), list(fit_points), out)
+    report = calibrate(read_results(results_dir), list(fit_points), out, per_run_speed)
     if as_json:
         click.echo(orjson.dumps(report, option=orjson.OPT_INDENT_2).decode())
     else:

@@ -16,6 +16,14 @@ import click
     "provenance, the experiment file; nothing fetched).",
 )
 @click.option(
+    "--vs",
+    "vs",
+    type=click.Path(file_okay=False, path_type=str),
+    default=None,
+    help="A simulated sweep's results directory (e.g. a calibrated twin's, [engine] kind = "
+    '"sim"): adds the section "Simulated vs measured", pairing points by name.',
+)
+@click.option(
     "--paper",
     is_flag=True,
     help="Also write docs/paper.md: the paper-* experiments found beside RESULTS_DIR set against "
@@ -29,13 +37,13 @@ import click
     help="Where --paper writes.",
 )
 def command(
-    results_dir: str, no_figures: bool, html_out: bool, paper: bool, paper_out: str
+    results_dir: str, no_figures: bool, html_out: bool, vs: str | None, paper: bool, paper_out: str
 ) -> None:
     """Write RESULTS_DIR/report.md and RESULTS_DIR/figures/*.png|svg from the runs found there."""
     # Imported here: pandas, scipy and matplotlib would slow every other subcommand's start.
     from replay.report import write_report
 
-    out = write_report(results_dir, figures=not no_figures, html=html_out)
+    out = write_report(results_dir, figures=not no_figures, html=html_out, vs=vs)
     click.echo(f"written: {out.report} ({len(out.figures)} figure files)")
     if out.html is not None:
         click.echo(f"written: {out.html}")

@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import gc
 import hashlib
+import os
 import platform
 import signal
 import socket
@@ -189,6 +190,7 @@ def _run(
     finally:
         sink.close()
         prov["ended_at"] = _now_iso()
+        prov["load_average_end"] = _load_average()
         rows = result.rows if result is not None else []
         write_parquet(rows, out / "calls.parquet")
         if result is None:
@@ -349,6 +351,7 @@ def _provenance(trace: Trace, extra: Mapping[str, Any] | None, virtual: bool) ->
         "host": socket.gethostname(),
         "started_at": _now_iso(),
         "ended_at": None,
+        "load_average": _load_average(),
     }
     prov.update(extra or {})
     if virtual and prov.get("engine_version") is None:
@@ -357,6 +360,15 @@ def _provenance(trace: Trace, extra: Mapping[str, Any] | None, virtual: bool) ->
 
         prov["engine_version"] = f"replay-sim {__version__}"
     return prov
+
+
+def _load_average() -> list[float] | None:
+    """The machine's 1, 5 and 15 minute load averages (None where the platform has none): on a
+    shared machine they say how much of a run's time other processes took (replay calibrate)."""
+    try:
+        return [round(v, 2) for v in os.getloadavg()]
+    except (AttributeError, OSError):
+        return None
 
 
 def _content_sha256(trace: Trace) -> str:

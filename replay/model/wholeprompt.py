@@ -261,12 +261,16 @@ class WholePromptCache:
             if chosen is not None and chosen.seq is not None:
                 keep = best * len(prompt) / len(chosen.seq)
                 return chosen, keep < 0.5
-        t_last = -1.0
+        # The server stamps each release with the wall clock, slot by slot in index order, so slots
+        # freed by one step (equal times here) count as released in index order; never-used slots
+        # tie, and its `<=` takes the last of them.
+        t_last: tuple[float, int] = (-1.0, 0)
         for s in self.slots:
             if s.busy:
                 continue
-            if chosen is None or s.t_last_used <= t_last:
-                chosen, t_last = s, s.t_last_used
+            key = (s.t_last_used, s.id if s.t_last_used >= 0 else 0)
+            if chosen is None or key <= t_last:
+                chosen, t_last = s, key
         return chosen, chosen is not None
 
     def can_admit(self) -> bool:
@@ -388,7 +392,11 @@ def simulate_timed(
     truncate_tokens: int | None = None,
 ) -> SimResult:
     """Calls with their (send, end) times, e.g. a recorded run's: releases before sends at equal
-    times; a call that finds every slot busy waits (first come, first served) for a release."""
+    times; a call that finds every slot busy waits (first come, first served) for a release.
+
+    Calls ending at the same time ended in one engine step: the server releases every slot of the
+    step before it serves a waiting call (`update_slots` releases them; the deferred tasks are
+    served on the next pass of the task queue), so a waiting call chooses among all of them."""
     cache = WholePromptCache(config)
     source = _PromptSource(trace, truncate_tokens)
     out = SimResult(cache.totals)
@@ -406,7 +414,12 @@ def simulate_timed(
         running[ref] = (a.slot, prompt, n_out)
         out.calls.append(CallOutcome(ref, a.slot, a.prompt_tokens, a.cached_tokens, a.source))
 
-    for t, kind, _, ref in timeline:
+    def release_follows(i: int) -> bool:
+        """Another release at the same time comes next (one step freed both)."""
+        nxt = timeline[i + 1] if i + 1 < len(timeline) else None
+        return nxt is not None and nxt[0] == timeline[i][0] and nxt[1] == 0
+
+    for i, (t, kind, _, ref) in enumerate(timeline):
         if kind == 1:
             prompt, n_out = source.prompt(ref)
             if cache.can_admit() and not waiting:
@@ -419,6 +432,8 @@ def simulate_timed(
             continue
         slot, prompt, n_out = running.pop(ref)
         cache.release(slot, prompt, n_out, t)
+        if release_follows(i):
+            continue  # the server frees every slot a step finished before it serves a waiting task
         while waiting and cache.can_admit():
             w_ref, w_prompt, w_out = waiting.popleft()
             start(w_ref, w_prompt, w_out)

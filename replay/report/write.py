@@ -13,11 +13,12 @@ import pandas as pd
 from replay.analysis.derived import DERIVED_METRICS
 from replay.analysis.load import Results, load_results
 from replay.plots import FigureContext
-from replay.report.analyse import analyse
+from replay.report.analyse import Analysis, analyse
 from replay.report.figures import draw_figures
 from replay.report.markdown import count
 from replay.report.measured import measured_tables, prediction_errors, predictions_section
 from replay.report.runs import failures, not_started_line, provenance, what_is_real
+from replay.report.simulated import check_simulated, simulated_section
 
 __all__ = ["REPORT_NAME", "FIGURES_DIR", "ReportOutput", "build_report", "write_report"]
 
@@ -49,8 +50,10 @@ def build_report(
     *,
     today: Callable[[], dt.date] | None = None,
     figures: bool = True,
+    vs: Results | None = None,
 ) -> tuple[str, ReportOutput]:
-    """The markdown text and the figures (written under `out_dir/figures`)."""
+    """The markdown text and the figures (written under `out_dir/figures`); with `vs` (a simulated
+    sweep's results), a "Simulated vs measured" section after the prediction errors."""
     today = today or (lambda: dt.datetime.now(dt.UTC).date())
     a = analyse(results)
     ctx = FigureContext(results.experiment, _run_date(a.runs, today))
@@ -79,6 +82,7 @@ def build_report(
         "## Prediction vs measurement",
         "",
         *(prediction_errors(a) if not a.predicted.empty else ["Nothing to compare.", ""]),
+        *(_simulated(a, vs) if vs is not None else []),
         "## Figures",
         "",
     ]
@@ -117,18 +121,29 @@ def build_report(
     return "\n".join(lines), out
 
 
+def _simulated(a: Analysis, vs: Results) -> list[str]:
+    sim = analyse(vs)
+    return ["## Simulated vs measured", "", *simulated_section(a.runs, sim.runs, vs.root)]
+
+
 def write_report(
     results_dir: str | Path,
     *,
     today: Callable[[], dt.date] | None = None,
     figures: bool = True,
     html: bool = False,
+    vs: str | Path | None = None,
 ) -> ReportOutput:
     """Write `RESULTS_DIR/report.md` and `RESULTS_DIR/figures/*.png|svg` (atomically); with
-    `html`, also the self-contained `report.html` (replay/report/html.py)."""
+    `html`, also the self-contained `report.html` (replay/report/html.py); with `vs`, a simulated
+    sweep's results directory, the "Simulated vs measured" section."""
     root = Path(results_dir)
     results = load_results(root)
-    text, out = build_report(results, root, today=today, figures=figures)
+    simulated = None
+    if vs is not None:
+        simulated = load_results(Path(vs))
+        check_simulated(simulated)  # before anything is written
+    text, out = build_report(results, root, today=today, figures=figures, vs=simulated)
     _write_atomic(out.report, text)
     if html:
         from replay.report.html import HTML_NAME, render_html
