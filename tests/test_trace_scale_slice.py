@@ -119,7 +119,7 @@ def test_slice_window_of_a_weka_block_trace(tmp_path):
         ({"tasks": 1, "task_ids": ["x"]}, "--tasks"),
         ({"tasks": 0}, "--tasks"),
         ({"task_ids": ["nope"]}, "--task-ids"),
-        ({"start": 3, "stop": 3}, "--window"),
+        ({"start": 3, "stop": 3}, "--window-calls"),
         ({"start": 500}, None),
     ],
 )
@@ -183,7 +183,15 @@ def test_cli_scale_slice_merge_then_stats(tmp_path):
     assert after["gap_max_s"] == pytest.approx(before["gap_max_s"] * 0.5)
 
     r = _replay(
-        "slice", "s.jsonl.gz", "-o", "cut.jsonl.gz", "--tasks", "2", "--window", "0:4", cwd=tmp_path
+        "slice",
+        "s.jsonl.gz",
+        "-o",
+        "cut.jsonl.gz",
+        "--tasks",
+        "2",
+        "--window-calls",
+        "0:4",
+        cwd=tmp_path,
     )
     assert r.returncode == 0, r.stderr
     r = _replay("merge", "cut.jsonl.gz", "s.jsonl.gz", "-o", "m.jsonl.gz", cwd=tmp_path)
@@ -197,10 +205,14 @@ def test_cli_scale_slice_merge_then_stats(tmp_path):
         (["scale", "IN", "-o", "o.jsonl", "--tokens", "16"], "--tokens"),
         (["scale", "IN", "-o", "o.jsonl", "--tokens", "1/4", "--time", "-1"], "time"),
         (["slice", "IN", "-o", "o.jsonl", "--window", "a:b"], "--window"),
+        (["slice", "IN", "-o", "o.jsonl", "--window", "5:2"], "0 <= START < END"),
+        (["slice", "IN", "-o", "o.jsonl", "--window-calls", "1.5:3"], "--window-calls"),
         (
-            ["slice", "IN", "-o", "o.jsonl", "--window", "1:2", "--max-calls-per-task", "3"],
-            "not both",
+            ["slice", "IN", "-o", "o.jsonl", "--window-calls", "1:2", "--max-calls-per-task", "3"],
+            "only one of",
         ),
+        (["slice", "IN", "-o", "o.jsonl", "--window", "0:9", "--window-calls", "1:2"], "only one"),
+        (["slice", "IN", "-o", "o.jsonl", "--window", "1e6:"], "nothing left"),
         (["scale", "missing.jsonl", "-o", "o.jsonl", "--tokens", "1/4"], "missing.jsonl"),
     ],
 )

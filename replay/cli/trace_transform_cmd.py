@@ -50,17 +50,20 @@ def scale_cmd(file: str, out: str, tokens: str, time_factor: float) -> None:
     _written(scale_trace(_read(file), k, time_factor), out)
 
 
-def _window(text: str | None) -> tuple[int, int | None]:
+def _pair(text: str | None, option: str, kind: type, unit: str) -> tuple:
+    """START:END (either side may be left out: from 0, to the end) as numbers of `kind`."""
     if text is None:
-        return 0, None
+        return None, None
     a, sep, b = text.partition(":")
     try:
-        start = int(a) if a else 0
-        stop = int(b) if b else None
+        start = kind(a) if a else kind(0)
+        stop = kind(b) if b else None
     except ValueError:
         start, stop, sep = -1, None, ""
-    if sep != ":" or start < 0:
-        raise ConfigError("--window", None, f"expected START:END call indices, got {text!r}")
+    if sep != ":" or not start >= 0 or (stop is not None and not stop > start):
+        raise ConfigError(
+            option, None, f"expected START:END {unit}, 0 <= START < END, got {text!r}"
+        )
     return start, stop
 
 
@@ -70,7 +73,13 @@ def _window(text: str | None) -> tuple[int, int | None]:
 @click.option("--tasks", type=int, default=None, help="the first N root tasks (and sub-agents)")
 @click.option("--task-ids", default=None, help="comma-separated task ids (and their sub-agents)")
 @click.option("--max-calls-per-task", type=int, default=None, help="keep calls 0..M-1 of each task")
-@click.option("--window", default=None, help="START:END: keep calls START..END-1 of each task")
+@click.option(
+    "--window",
+    default=None,
+    help="START:END seconds: keep the calls sent in [START, END) of the trace's timeline",
+)
+@click.option("--window-calls", default=None,
+              help="START:END: keep calls START..END-1 of each task (call indices)")  # fmt: skip
 def slice_cmd(
     file: str,
     out: str,
@@ -78,22 +87,32 @@ def slice_cmd(
     task_ids: str | None,
     max_calls_per_task: int | None,
     window: str | None,
+    window_calls: str | None,
 ) -> None:
     """Keep some tasks and calls of FILE; dependencies stay consistent.
 
-    A chosen sub-agent whose parent task is not kept becomes a root task; a sub-agent spawned by
-    a call the window cut is dropped with its own sub-agents; joins (`after`) on cut calls are
-    removed; the first call of a window sends its whole prompt.
+    A chosen sub-agent whose parent task is not kept becomes a root task; joins (`after`) on cut
+    calls are removed; the first kept call of a task sends its whole prompt. --window counts
+    seconds on the trace's own timeline (open loop: after the first arrival; closed loop: when
+    each call is sent with a slot per root task and calls taking no time) and re-roots a
+    sub-agent whose spawning call is before the window; --window-calls counts call indices and
+    drops a sub-agent whose spawning call it cut. See docs/trace.md, "Slicing and merging".
     """
     from replay.trace.slicing import slice_trace
 
-    start, stop = _window(window)
+    given = [n for n, v in [("--window", window), ("--window-calls", window_calls),
+                            ("--max-calls-per-task", max_calls_per_task)] if v is not None]  # fmt: skip
+    if len(given) > 1:
+        raise ConfigError(given[0], None, f"give only one of {', '.join(given)}")
+    window_s = _pair(window, "--window", float, "seconds") if window is not None else None
+    start, stop = _pair(window_calls, "--window-calls", int, "call indices")
     if max_calls_per_task is not None:
-        if window is not None:
-            raise ConfigError("--max-calls-per-task", None, "give it or --window, not both")
         stop = max_calls_per_task
     ids = None if task_ids is None else [t for t in task_ids.split(",") if t]
-    _written(slice_trace(_read(file), tasks=tasks, task_ids=ids, start=start, stop=stop), out)
+    cut = slice_trace(
+        _read(file), tasks=tasks, task_ids=ids, start=start or 0, stop=stop, window_s=window_s
+    )
+    _written(cut, out)
 
 
 @click.command("merge")
