@@ -93,6 +93,8 @@ def _connect(ray: Any, exp: Experiment) -> bool:
 
 
 class _NodeNotReady(Exception):
+    """A node's preflight failed: the sweep stops, as a failed local preflight stops it."""
+
     def __init__(self, node: str, why: str):
         self.node, self.why = node, why
 
