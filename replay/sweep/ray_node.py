@@ -5,6 +5,7 @@ ships the run directory home when the node does not see the results directory.
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import signal
 import tempfile
@@ -77,8 +78,9 @@ def run_on_node(
     _interruptible()
     node = node_name(ray)
     planned = PlannedRun(point, repeat)
-    # said before the run starts (not waited for), so a node lost later is one the head can name
-    tracker.started.remote(planned.rel_dir, node)
+    # acknowledged before the run starts, so a node lost later is one the head can name (a
+    # message still queued for a tracker not yet up would die with the node)
+    said = tracker.started.remote(planned.rel_dir, node)
     shared = exp.cluster.results == "shared" or (
         exp.cluster.results == "auto" and _sees(Path(exp_dir), token)
     )
@@ -88,6 +90,8 @@ def run_on_node(
         problem = _preflight(exp, trace, point, root / exp.name, token)
         if problem is not None:
             return {"preflight": problem, "node": node}
+        with contextlib.suppress(Exception):  # progress and naming only: the run goes on
+            ray.get(said, timeout=30)
         runner = SweepRunner(exp, force=True, results_root=root, echo=lambda s: None)
         runner.trace, runner.node = trace, node
         run_dir = runner.exp_dir / planned.rel_dir
