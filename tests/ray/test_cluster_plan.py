@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -71,6 +72,29 @@ def test_resources_come_from_the_adapter():
     assert get_engine("vllm").needs({"tp": 2}) == {"GPU": 2.0}
     assert get_engine("sglang").needs({}) == {"GPU": 1.0}
     assert get_engine("lmcache").needs({"tp": 4}) == {"GPU": 4.0}
+
+
+def test_a_cpu_build_asks_one_cpu_and_a_bad_device_is_refused():
+    assert get_engine("vllm").needs({"tp": 2, "device": "cpu"}) == {"CPU": 1.0}
+    assert get_engine("vllm").needs({"tp": 2, "device": "gpu"}) == {"GPU": 2.0}
+    assert get_engine("lmcache").needs({"tp": 4, "device": "cpu"}) == {"CPU": 1.0}
+    with pytest.raises(ConfigError, match="engine.device"):
+        get_engine("vllm").needs({"device": "tpu"})
+
+
+def test_dry_run_ray_of_the_vllm_cpu_experiments_asks_no_gpu():
+    """The CPU experiments launch vLLM's CPU build: a cluster must give them a CPU, since a
+    CPU-only cluster has no GPU to give and would queue them forever."""
+    out = subprocess.run(
+        [sys.executable, "-m", "replay.cli.main", "sweep", "experiments/vllm-cpu.toml",
+         "--dry-run", "--ray"],
+        capture_output=True, text=True, cwd=ROOT, check=True,
+    ).stdout  # fmt: skip
+    tasks = out.split("\nray: ", 1)[1].splitlines()[1:]
+    assert len(tasks) == 3 and all(line.endswith(": {CPU=1}") for line in tasks), out
+    # the WEKA one needs its scaled trace (make weka-traces) to load; its engine table does not
+    engine = tomllib.loads((ROOT / "experiments/weka-vllm-cpu.toml").read_text())["engine"]
+    assert get_engine("vllm").needs(engine) == {"CPU": 1.0}
 
 
 def test_matrix_of_engines_asks_per_point(tmp_path):

@@ -6,11 +6,14 @@ from __future__ import annotations
 
 import _thread
 import os
+import signal
 import threading
 
 import pandas as pd
 import pytest
 
+from replay.errors import ConfigError
+from replay.sweep.config import load_experiment
 from replay.sweep.runner import run_sweep
 from tests.ray.helpers import OBJECT_STORE_BYTES, comparable, experiment, nodes_of
 
@@ -66,7 +69,17 @@ def test_sim_makespans_equal_and_shipped_results_equal_shared(tmp_path, sequenti
     assert not list(tmp_path.glob("res/*/.ray-token-*"))  # the head cleans up its token
 
 
-def test_ctrl_c_cancels_and_a_rerun_completes(tmp_path, sequential):
+@pytest.fixture
+def sigint_handled():
+    """Python's own SIGINT handler, as in a terminal. Started by make or a shell script in the
+    background with no terminal, this process inherits SIGINT ignored, and then
+    `_thread.interrupt_main` does nothing: the sweep would never see its Ctrl-C."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
+def test_ctrl_c_cancels_and_a_rerun_completes(tmp_path, sequential, sigint_handled):
     exp = experiment(tmp_path, engine="sim-server", backend="ray")
     exp_dir = tmp_path / "res" / exp.name
     first_done = threading.Event()
@@ -95,3 +108,24 @@ def test_ctrl_c_cancels_and_a_rerun_completes(tmp_path, sequential):
         comparable(again.exp_dir / "summary.parquet"),
         comparable(sequential["sim-server"] / "summary.parquet"),
     )
+
+
+def test_a_node_that_fails_its_preflight_stops_the_sweep_naming_it(tmp_path):
+    """The head checks nothing itself (it need not have the nodes' engines); the node does,
+    before its first launch, and its failure ends the sweep as a local preflight would: one
+    ConfigError (exit 2) naming the node and the check, no run started."""
+    missing = tmp_path / "nowhere" / "bin" / "python"
+    path = tmp_path / "pf.toml"
+    path.write_text(
+        'name = "pf"\n[trace]\nsynth = { preset = "swe-agent", tasks = 2, seed = 1 }\n'
+        f'[engine]\nkind = "vllm"\ndevice = "cpu"\nmodel = "m"\npython = "{missing}"\n'
+        '[run]\npool = 1\n[cluster]\nbackend = "ray"\n[predict]\nenabled = false\n'
+    )
+    exp = load_experiment(path)
+    with pytest.raises(ConfigError) as e:
+        sweep(exp, tmp_path / "res")
+    node = ray.get_runtime_context().get_node_id()[:8]
+    assert e.value.field == "preflight"
+    assert f"on {os.uname().nodename} (ray node {node}): vllm interpreter:" in e.value.why
+    assert f"{missing} not found" in e.value.why
+    assert not list((tmp_path / "res" / "pf").glob("*/r*/run.json"))
