@@ -82,13 +82,13 @@ def run_measured(
         if log:
             out.close()  # type: ignore[union-attr]
     proc.returncode = os.waitstatus_to_exitcode(status)
-    waited = usage.ru_utime + usage.ru_stime
-    sampled = sum(seen.values())
+    waited = round(usage.ru_utime + usage.ru_stime, 3)
+    sampled = round(sum(seen.values()), 3)
     return {
         "rc": proc.returncode,
         "cpu_s": max(waited, sampled),
-        "cpu_waited_s": round(waited, 3),
-        "cpu_sampled_s": round(sampled, 3),
+        "cpu_waited_s": waited,
+        "cpu_sampled_s": sampled,
         "processes": len(seen),
         "wall_s": time.perf_counter() - t0,
     }
