@@ -50,22 +50,35 @@ def _tree_sample(root: int, seen: dict[int, float]) -> None:
             seen[pid] = max(seen.get(pid, 0.0), cpu[pid])
 
 
+def _pin(cpus: set[int] | None, nice: int):
+    """What the child does before exec: its CPUs, then its niceness (negative needs root)."""
+
+    def setup() -> None:
+        if cpus:
+            os.sched_setaffinity(0, cpus)
+        if nice:
+            os.setpriority(os.PRIO_PROCESS, 0, nice)
+
+    return setup if cpus or nice else None
+
+
 def run_measured(
     argv: list[str],
     *,
     env: dict | None = None,
     cpus: set[int] | None = None,
+    nice: int = 0,
     interval_s: float = 0.1,
     timeout_s: float = 1800,
     log: Path | None = None,
 ) -> dict:
-    """Run `argv` (pinned to `cpus` when given) to its end; returns rc, cpu_s, wall_s and the
-    two CPU figures it was taken from."""
+    """Run `argv` (pinned to `cpus`, at niceness `nice`, when given) to its end; returns rc,
+    cpu_s, wall_s and the two CPU figures it was taken from."""
     out = open(log, "wb") if log else subprocess.DEVNULL  # noqa: SIM115 - closed below
     t0 = time.perf_counter()
     proc = subprocess.Popen(
         argv, env=env, stdout=out, stderr=subprocess.STDOUT,
-        preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None,
+        preexec_fn=_pin(cpus, nice),
     )  # fmt: skip
     seen: dict[int, float] = {}
     try:
