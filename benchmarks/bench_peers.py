@@ -63,6 +63,12 @@ def _ms(v: float | None) -> float | None:
     return None if v is None else round(v * 1e3, 3)
 
 
+def _usage(why: str) -> None:
+    """A set-up the bench cannot use: one line, exit 2."""
+    print(f"bench-peers: {why}", file=sys.stderr)
+    raise SystemExit(2)
+
+
 def _failed(what: str, rc: int, log: Path) -> None:
     """Stop with the end of the client's output: its directory is temporary."""
     tail = log.read_text(errors="replace").splitlines()[-15:]
@@ -146,13 +152,13 @@ def _versions(env: dict) -> dict:
         capture_output=True, text=True, env=env, check=True,
     ).stdout.strip()  # fmt: skip
     if got != AIPERF_VERSION:
-        raise SystemExit(f"bench-peers: {AIPERF_VENV}: aiperf {got}, expected {AIPERF_VERSION}")
+        _usage(f"{AIPERF_VENV}: aiperf {got}, expected {AIPERF_VERSION}: remove it and rerun")
     return {"aiperf": got, "replay": replay_version, "python": platform.python_version()}
 
 
 def run() -> dict:
     if not (AIPERF_VENV / "bin" / "aiperf").exists():
-        raise SystemExit(f"bench-peers: {AIPERF_VENV}/bin/aiperf missing: run `make bench-peers`")
+        _usage(f"{AIPERF_VENV}/bin/aiperf: missing: run `make bench-peers`, which installs it")
     cores = sorted(os.sched_getaffinity(0))
     server_cpus = {cores[0]}
     client_cpus = set(cores[1:]) or server_cpus

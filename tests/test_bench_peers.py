@@ -3,8 +3,11 @@ lateness and rate, and the process-tree CPU measure. No AIPerf and no timing ass
 
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
 from datetime import datetime
+from pathlib import Path
 
 import numpy as np
 import orjson
@@ -22,6 +25,8 @@ from benchmarks.peers_aiperf import (
 )
 from benchmarks.proc_tree import run_measured
 from replay.trace.model import Call, Trace, TraceHeader
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 def _closed_trace() -> Trace:
@@ -189,3 +194,14 @@ def test_summary_takes_the_median_ratio_and_checks_the_goals():
         "replay_lateness_p99<=aiperf": True,
     }
     assert "mooncake" not in summarize(cpu, late, 256, None)
+
+
+def test_without_aiperf_installed_the_bench_says_how_in_one_line_and_exits_2(tmp_path):
+    env = {**os.environ, "BENCH_PEERS_AIPERF_VENV": str(tmp_path / "none")}
+    got = subprocess.run([sys.executable, "-m", "benchmarks.bench_peers"], env=env,
+                         capture_output=True, text=True, cwd=REPO)  # fmt: skip
+    assert got.returncode == 2
+    assert got.stderr.strip().splitlines() == [
+        f"bench-peers: {tmp_path / 'none'}/bin/aiperf: missing: run `make bench-peers`, "
+        "which installs it"
+    ]
