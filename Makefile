@@ -35,6 +35,21 @@ check: $(STAMP) ## lint (ruff) and type check (mypy)
 bench: $(STAMP) ## benchmarks that print side-by-side ratios into results/bench.json
 	$(BIN)/python -m benchmarks
 
+# replay beside AIPerf (docs/driver.md): AIPerf in its own environment, built once and kept by a
+# stamp; a large download, so not part of `make bench` or CI.
+AIPERF_VENV := .venv-aiperf
+AIPERF_STAMP := $(AIPERF_VENV)/.installed
+.PHONY: bench-peers
+
+$(AIPERF_STAMP):
+	test -x $(AIPERF_VENV)/bin/python || $(PYTHON) -m venv $(AIPERF_VENV)
+	$(AIPERF_VENV)/bin/python -m pip install -q --upgrade pip
+	$(AIPERF_VENV)/bin/python -m pip install -q aiperf==0.13.0
+	touch $(AIPERF_STAMP)
+
+bench-peers: $(STAMP) $(AIPERF_STAMP) ## replay vs AIPerf 0.13 on one zero-latency server: CPU/request, rate, lateness -> results/bench-peers.json
+	BENCH_PEERS_AIPERF_VENV=$(AIPERF_VENV) $(BIN)/python -m benchmarks.bench_peers
+
 sweep: $(STAMP) ## run experiments/$(EXP).toml (EXP=name), resuming finished points
 	$(BIN)/replay sweep experiments/$(EXP).toml
 

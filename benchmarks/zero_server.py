@@ -1,7 +1,8 @@
 """A zero-latency OpenAI-compatible completions server, for measuring the client alone.
 
 Runs in its own process (`python -m benchmarks.zero_server --port 0 --ready-file F`) so its CPU is
-not charged to the client being measured. It answers at once with one token chunk, usage, [DONE],
+not charged to the client being measured. It answers at once with one token chunk, usage, [DONE]
+(chunks tagged `"object": "text_completion"` as vLLM's are; AIPerf drops chunks without it),
 and counts prompt tokens without parsing the list (commas after `"prompt":`), so 100K-token bodies
 cost it little. Clients must put `prompt` last in the body (both ours and the baseline do).
 """
@@ -66,8 +67,11 @@ def _answer(head: bytes, body: bytes) -> bytes:
     usage = {"prompt_tokens": n_prompt, "completion_tokens": n_out,
              "total_tokens": n_prompt + n_out}  # fmt: skip
     sse = (
-        b'data: {"choices":[{"index":0,"text":"x","finish_reason":"length"}]}\n\n'
-        b'data: {"choices":[],"usage":' + orjson.dumps(usage) + b"}\n\ndata: [DONE]\n\n"
+        b'data: {"object":"text_completion","choices":[{"index":0,"text":"x",'
+        b'"finish_reason":"length"}]}\n\n'
+        b'data: {"object":"text_completion","choices":[],"usage":'
+        + orjson.dumps(usage)
+        + b"}\n\ndata: [DONE]\n\n"
     )
     return _response(b"text/event-stream", sse)
 
