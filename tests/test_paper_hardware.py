@@ -9,6 +9,7 @@ import pytest
 
 from replay.studies.efficientagent import NO, PaperRun, load_paper_runs, paper_rows
 from tests.paper_helpers import run_reduced
+from tests.test_paper_claims import assert_rows_follow_the_rule
 
 _CARDS = ("rtx-3090", "h20", "h800")
 _EDITS = (
@@ -50,6 +51,7 @@ def test_above_the_working_set_offload_pays_on_every_card(hw):
     gains = {c: _gain(hw, c, 20) for c in _CARDS}
     assert all(g < 0 for g in gains.values()), gains
     rows = {r.key: r for r in paper_rows({"paper-hardware": hw}, facts=None)}
+    assert_rows_follow_the_rule(list(rows.values()))
     # so the study's "slower in every run" on the H800 does not reproduce, and the page says so
     assert rows["offload_split"].verdict == NO
     assert rows["offload_h800"].verdict == NO
