@@ -23,8 +23,8 @@ _EDITS = (
     # token lengths scaled by 1/4, and so are the chunks: calls keep their number of chunks
     ("chunk_tokens = 1024  #", "chunk_tokens = 256  #"),
     ("\nchunk_tokens = 1024\n", "\nchunk_tokens = 256\n"),
-    ("device_kv_gib = 4\nkappa = 8", "device_kv_gib = 1\nkappa = 8"),
-    ("[predict]\nmodel = \"qwen3-coder-30b-a3b\"\ntp = 8\ndevice_kv_gib = 4",
+    ("device_kv_gib = 6\nkappa = 8", "device_kv_gib = 1\nkappa = 8"),
+    ("[predict]\nmodel = \"qwen3-coder-30b-a3b\"\ntp = 8\ndevice_kv_gib = 6",
      "[predict]\nmodel = \"qwen3-coder-30b-a3b\"\ntp = 8\ndevice_kv_gib = 1"),
     ("host_tier_gib = [0, 5, 10, 20, 40]", "host_tier_gib = [0, 1.25, 2.5, 5, 10]"),
 )  # fmt: skip

@@ -11,7 +11,7 @@ from tests.test_paper_claims import assert_rows_follow_the_rule
 
 _EDITS = (
     ("tasks = 100, seed = 0 }", "tasks = 32, seed = 0, scale = 0.25 }"),
-    ("device_kv_gib = 4\nhost_tier_gib = 5", "device_kv_gib = 1\nhost_tier_gib = 1.25"),
+    ("device_kv_gib = 6\nhost_tier_gib = 5", "device_kv_gib = 1\nhost_tier_gib = 1.25"),
     ("kappa = [2, 4, 8, 16]", "kappa = [1, 2, 4]"),
     # token lengths are scaled by 1/4, so are the chunks: a call keeps its number of chunks
     ("chunk_tokens = 1024  #", "chunk_tokens = 256  #"),

@@ -26,13 +26,18 @@ def test_preset_matches_the_study_trace(paper_trace):
     assert abs(f["reappears"] - 0.973) <= 0.02
 
 
-def test_contexts_grow_within_tasks(paper_trace):
+def test_contexts_grow_within_tasks_but_for_rare_edits(paper_trace):
+    edits = 0
     for calls in paper_trace.tasks.values():
-        lens = np.array([c.prompt_len for c in calls])
-        assert (np.diff(lens) > 0).all()
-        # every later call keeps the whole previous context (prompt + output)
+        # every later call keeps the whole previous context (prompt + output) and grows it,
+        # unless a context edit elided an old tool result: it then diverges inside the prompt
         for prev, c in zip(calls, calls[1:], strict=False):
-            assert c.keep == prev.prompt_len + prev.output_len
+            if c.keep == prev.prompt_len + prev.output_len:
+                assert c.prompt_len > prev.prompt_len
+            else:
+                edits += 1
+                assert c.keep < prev.prompt_len
+    assert 0 < edits < 0.012 * len(paper_trace.calls)
 
 
 @pytest.mark.parametrize("seed", [1, 2])

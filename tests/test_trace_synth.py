@@ -36,10 +36,58 @@ def test_swe_agent_default_is_paper_scale(swe) -> None:
     assert min(firsts) >= 2_000 and np.median(firsts) < 10_000  # a few K to start
     # the agent's own time between calls: the study's median turn (9.0 s) is ~14x it
     assert 0.5 <= s.gap_p50_s <= 0.8 and s.gap_p90_s <= 5.0
-    for cs in swe.tasks.values():  # contexts grow within a task
-        assert all(b.prompt_len > a.prompt_len for a, b in zip(cs, cs[1:], strict=False))
+    for cs in swe.tasks.values():  # contexts grow within a task, except where an edit elides
+        assert all(
+            b.prompt_len > a.prompt_len or b.keep < a.prompt_len + a.output_len
+            for a, b in zip(cs, cs[1:], strict=False)
+        )
     # Delta encoding: stored tokens are a few percent of the expanded prompts.
     assert s.unique_tokens < 0.04 * s.prompt_tokens
+
+
+def test_swe_agent_context_edits_elide_an_old_tool_result(swe) -> None:
+    # A context edit (the study's definition: the next prompt diverges inside the current one)
+    # keeps the context up to the tool result appended five calls earlier and sends the rest
+    # again; it is rare (0.7% of calls) and sets the share of new KV reused by the next call.
+    from replay.studies.efficientagent.page import reappearing_fraction
+
+    p = PRESETS["swe-agent"]
+    edits = 0
+    for cs in swe.tasks.values():
+        for i in range(1, len(cs)):
+            a, b = cs[i - 1], cs[i]
+            assert len(b.append) == b.prompt_len - b.keep
+            if b.keep == a.prompt_len + a.output_len:
+                continue
+            edits += 1
+            assert i > p.edit_back_turns and b.keep < a.prompt_len
+            assert b.keep >= cs[i - p.edit_back_turns - 1].prompt_len  # not before that call
+    calls = sum(len(cs) - 1 for cs in swe.tasks.values())
+    assert 0.003 * calls <= edits <= 0.012 * calls, edits
+    assert reappearing_fraction(swe) == pytest.approx(0.973, abs=0.003)
+
+
+def test_edits_draw_from_their_own_stream(monkeypatch) -> None:
+    # Edits change kept prefixes only: call counts, outputs and gaps are the same draws.
+    import dataclasses
+    import importlib
+
+    synth_mod = importlib.import_module("replay.trace.synth")  # the module, not the function
+
+    def draw(prob: float):
+        preset = dataclasses.replace(PRESETS["swe-agent"], edit_prob=prob)
+        monkeypatch.setitem(synth_mod.PRESETS, "swe-agent", preset)
+        return synth("swe-agent", tasks=6, seed=3, max_calls_per_task=40)
+
+    plain, edited = draw(0.0), draw(0.2)
+    assert [(c.task, c.output_len, c.gap_s) for c in plain.calls] == [
+        (c.task, c.output_len, c.gap_s) for c in edited.calls
+    ]
+    assert all(c.index == 0 or len(c.append) < 40_000 for c in plain.calls)
+    shrunk = sum(
+        x.prompt_len < y.prompt_len for x, y in zip(edited.calls, plain.calls, strict=True)
+    )
+    assert shrunk > 0 and edited.calls[0].keep == plain.calls[0].keep == 0
 
 
 def test_claude_code_matches_weka_statistics(claude) -> None:

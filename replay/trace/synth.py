@@ -30,6 +30,9 @@ __all__ = ["LogNormal", "SynthPreset", "PRESETS", "synth", "get_preset"]
 _GOLDEN = (math.sqrt(5) - 1) / 2
 _HEAD_STREAM = 0x4EAD  # seed-sequence key of the shared head, apart from task streams
 _SUB_HEAD_STREAM = 0x5B4EAD
+_EDIT_STREAM = (
+    0xED17  # per-task key of the context-edit draws, so the other draws stay as they were
+)
 
 
 @dataclass(frozen=True)
@@ -82,6 +85,12 @@ class SynthPreset:
     subagent_calls: LogNormal | None = None
     subagent_first_prompt_tokens: LogNormal | None = None
     subagent_head_tokens: int = 0  # shared by every sub-agent of the trace
+    # context edits: before a call, with this chance, the tool result appended `edit_back_turns`
+    # calls earlier is replaced by a short placeholder, so the prompt diverges there and
+    # everything after it is computed again (a history processor eliding an old observation)
+    edit_prob: float = 0.0
+    edit_back_turns: int = 5
+    edit_placeholder_tokens: int = 16
     meta: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -89,13 +98,16 @@ class SynthPreset:
             raise ConfigError(f"synth preset {self.name}", None, "sizes must be positive")
         if not 0 <= self.subagent_prob <= 1:
             raise ConfigError(f"synth preset {self.name}", "subagent_prob", "must be in [0, 1]")
+        if not 0 <= self.edit_prob <= 1 or self.edit_back_turns < 1:
+            raise ConfigError(f"synth preset {self.name}", "edit_prob", "must be in [0, 1]")
 
 
 PRESETS: dict[str, SynthPreset] = {
     "swe-agent": SynthPreset(
         name="swe-agent",
         description="SWE-bench coding agent (EfficientAgent study): ~4.4K calls, ~147M prompt "
-        "tokens at 100 tasks; contexts from a few K to ~238K; ~97-98% of a prompt already seen.",
+        "tokens at 100 tasks; contexts from a few K to ~238K; ~97-98% of a prompt already seen; "
+        "an old tool result occasionally elided (a context edit).",
         sources=(
             "EfficientAgent study, SWE-bench trajectories: 4,427 calls, 147M prompt tokens, mean "
             "prompt ~33K, contexts up to ~238K, 97-98% prompt reuse between consecutive calls",
@@ -105,6 +117,12 @@ PRESETS: dict[str, SynthPreset] = {
             "shared head: SWE-agent sends every task the same system prompt and tool "
             "documentation; no published size, 2,000 tokens is an assumption kept below the "
             "smallest first prompt (2,500) so token counts do not change",
+            "context edits: SWE-agent's history processors (sweagent/agent/history_processors.py, "
+            "LastNObservations, n = 5 in its docs) replace an observation older than the last n "
+            "by an 'Old environment output' line; the study's release counts such edits in its "
+            "traces (efficientagent/analysis/trace_profile.py, a next prompt that diverges inside "
+            "the current one). No published rate: 0.7% of calls is set from the study's share of "
+            "newly computed KV that reappears in the next call (97.3%; 98.0% without edits)",
         ),
         default_tasks=100,
         calls_per_task=LogNormal(median=39, sigma=0.5, lo=8, hi=220),
@@ -114,6 +132,8 @@ PRESETS: dict[str, SynthPreset] = {
         gap_s=LogNormal(median=0.64, sigma=0.9, lo=0.05, hi=30.0),
         max_context_tokens=238_000,
         shared_head_tokens=2_000,
+        edit_prob=0.007,
+        edit_back_turns=5,
     ),
     "claude-code": SynthPreset(
         name="claude-code",
@@ -186,12 +206,15 @@ def _lengths(
     max_ctx: int,
     max_calls: int | None,
     calls_u: float | None = None,
-) -> tuple[list[int], list[int], list[int]]:
-    """Prompt lengths, appended lengths and output lengths of one task's calls.
+    edit_rng: np.random.Generator | None = None,
+) -> tuple[list[int], list[int], list[int], list[int]]:
+    """Prompt lengths, appended lengths, output lengths and kept prefixes of one task's calls.
 
     `calls_u` in (0, 1) picks the task's call count as a quantile: root tasks take successive
     points of a golden-ratio sequence, so any number of tasks covers the distribution evenly and
     a trace's totals (which grow with the square of calls per task) vary little between seeds.
+    A call keeps the whole previous context (prompt + output) unless `edit_rng` draws a context
+    edit for it (`SynthPreset.edit_prob`): it then keeps the context up to the elided tool result.
     """
     n = int(round(calls.quantile(calls_u) if calls_u is not None else calls.draw(rng)))
     if max_calls is not None:
@@ -202,15 +225,27 @@ def _lengths(
     first_len = int(round(first.draw(rng, scale=scale)))
     first_len = max(first_len, head + max(1, int(32 * scale)))
     first_len = min(first_len, max(1, max_ctx - int(outs[0])))
-    prompts, appends, outputs = [first_len], [first_len], [int(outs[0])]
+    prompts, appends, outputs, keeps = [first_len], [first_len], [int(outs[0])], [0]
+    # the context as segments: first prompt, then output and tool result of each call
+    segs, tool_at = [first_len, int(outs[0])], [-1]
+    placeholder = max(1, int(round(p.edit_placeholder_tokens * scale)))
     for i in range(1, n):
-        nxt = prompts[-1] + outputs[-1] + int(tools[i])
+        keep = sum(segs)
+        if edit_rng is not None and p.edit_prob and edit_rng.random() < p.edit_prob:
+            j = i - p.edit_back_turns
+            if j >= 1 and segs[tool_at[j]] > placeholder:
+                keep = sum(segs[: tool_at[j]])
+                segs[tool_at[j]] = placeholder
+        nxt = sum(segs) + int(tools[i])
         if nxt + int(outs[i]) > max_ctx:
             break
+        tool_at.append(len(segs))
+        segs += [int(tools[i]), int(outs[i])]
         prompts.append(nxt)
-        appends.append(int(tools[i]))
+        appends.append(nxt - keep)
         outputs.append(int(outs[i]))
-    return prompts, appends, outputs
+        keeps.append(keep)
+    return prompts, appends, outputs, keeps
 
 
 def _task_calls(
@@ -218,6 +253,7 @@ def _task_calls(
     prompts: list[int],
     appends: list[int],
     outputs: list[int],
+    keeps: list[int],
     gaps: np.ndarray,
     head: np.ndarray,
     rng: np.random.Generator,
@@ -229,16 +265,16 @@ def _task_calls(
         if i == 0:
             own = rng.integers(0, vocab_size, plen - len(head), dtype=np.int32)
             append = np.concatenate([head, own]) if len(head) else own
-            keep = 0
         else:
+            # after an edit the rest of the context is sent again: fresh ids stand for it, as its
+            # KV has to be computed again whatever its content
             append = rng.integers(0, vocab_size, alen, dtype=np.int32)
-            keep = prompts[i - 1] + outputs[i - 1]
         calls.append(
             Call(
                 task=task,
                 index=i,
                 gap_s=first_gap_s if i == 0 else round(float(gaps[i]), 3),
-                keep=keep,
+                keep=keeps[i],
                 append=append,
                 prompt_len=plen,
                 output_len=olen,
@@ -296,7 +332,8 @@ def synth(
         rng = _rng(seed, t)
         calls_u = min(max((u0 + t * _GOLDEN) % 1.0, 1e-6), 1 - 1e-6)
         task = f"{p.name}-{t:04d}"
-        prompts, appends, outputs = _lengths(
+        edit_rng = _rng(seed, t, _EDIT_STREAM)
+        prompts, appends, outputs, keeps = _lengths(
             p,
             rng,
             p.calls_per_task,
@@ -306,10 +343,11 @@ def synth(
             max_ctx,
             max_calls_per_task,
             calls_u,
+            edit_rng,
         )
         gaps = p.gap_s.draw(rng, len(prompts))
         calls = _task_calls(
-            task, prompts, appends, outputs, gaps, head, rng, vocab_size, p.first_gap_s
+            task, prompts, appends, outputs, keeps, gaps, head, rng, vocab_size, p.first_gap_s
         )
         subs: list[Call] = []
         if p.subagent_prob and len(calls) >= 2 and rng.random() < p.subagent_prob:
@@ -358,7 +396,7 @@ def _spawn(
     joins = []
     for j in range(n_sub):
         sub_task = f"{task}.sub{j}"
-        prompts, appends, outputs = _lengths(
+        prompts, appends, outputs, keeps = _lengths(
             p,
             rng,
             p.subagent_calls,
@@ -369,7 +407,9 @@ def _spawn(
             None,
         )
         gaps = p.gap_s.draw(rng, len(prompts))
-        sc = _task_calls(sub_task, prompts, appends, outputs, gaps, sub_head, rng, vocab_size, 0.5)
+        sc = _task_calls(
+            sub_task, prompts, appends, outputs, keeps, gaps, sub_head, rng, vocab_size, 0.5
+        )
         sc[0] = replace(sc[0], parent=(task, k))
         subs.extend(sc)
         joins.append((sub_task, sc[-1].index))

@@ -43,21 +43,20 @@ CLAIMS: tuple[Claim, ...] = (
           m.fact("prompt_tokens"), IN),
     Claim("max_context", _WORKLOAD, "largest context", 238e3, "tokens", _TRACE,
           m.fact("max_context"), IN,
-          note="the preset caps contexts at 238K, but no task of the 100 drawn grows past ~142K; "
-          "a 238K call would not fit the 4 GiB device KV chosen for these runs"),
+          note="the preset caps contexts at 238K, but no task of the 100 drawn grows past ~142K: "
+          "a log-normal count of calls per task cannot give both the mean prompt and a 238K "
+          "longest context (see Synthetic trace)"),
     Claim("reuse", _WORKLOAD, "prompt reused from the previous call", 0.981, "fraction", _SWEV,
           m.fact("reuse", "pct"), IN,
           note="longest common prefix with the previous call's context"),
     Claim("reappears", _WORKLOAD, "newly computed KV that reappears in the next call", 0.973,
           "fraction", _TRACE, m.fact("reappears", "pct"), IN,
-          note="synthetic tasks never drop history, so only a task's last call loses its new KV"),
+          note="the preset's context-edit rate (0.7% of calls) is set from this; without edits "
+          "only a task's last call loses its new KV (98.0%)"),
     Claim("turn_gap_5", _WORKLOAD, "median gap between one agent's turns at 5 GiB, about 14x "
           "the agent's own time between calls", 9.0, "s", _TALK, m.turn_gap_5, IN,
           note="the preset's own time between calls (median 0.64 s) is set from this: 9.0 s / 14. "
-          "Our turn is mostly waiting: at 5 GiB the simulated H20 computes ~23K prompt tokens/s, "
-          "so 16 agents queue ~1.2 s of prefill each per turn. The study's median is half ours "
-          "while its makespan is twice ours: its turns are more skewed than a closed loop of 16 "
-          "alike agents gives (not fitted)"),
+          "Our turn is mostly a wait for the other agents' prefills (see Turn gap below)"),
     Claim("working_set", _PRESSURE, "reuse working set per rank", 11.4, "GiB", _H20,
           m.working_set, IN, note="(A-1)·N̄·β on the trace"),
     Claim("pressure_5", _PRESSURE, "pressure at 5 GiB", 2.3, "ratio", _H20, m.pressure(5), IN),
@@ -136,17 +135,21 @@ CLAIMS: tuple[Claim, ...] = (
     # Hardware: paper-hardware
     Claim("offload_rtx-3090", _HARDWARE, "offload makespan ratio, RTX 3090", 0.91, "ratio", _TALK,
           mo.offload_ratio("rtx-3090"), null=1.0,
-          note="best tier above the working set vs no tier; copies cost their bytes only"),
+          note="best tier above the working set vs no tier; copies cost their bytes and stall "
+          "the engine step (LMCache's synchronous loads and stores)"),
     Claim("offload_h20", _HARDWARE, "offload makespan ratio, H20", 0.60, "ratio", _TALK,
           mo.offload_ratio("h20"), null=1.0),
     Claim("offload_h800", _HARDWARE, "offload on H800: slower in every run by", (0.08, 0.87),
           "fraction", _HW, mo.offload_h800, null=0.0,
-          note="a restore's bytes cost less than recomputing them even at 15.5K FLOP/byte"),
+          note="judged on the smallest change over the tiers swept (the study: every run slower). "
+          "A restore's bytes cost less than recomputing them even at 15.5K FLOP/byte; only an "
+          "undersized tier's synchronous stores make offload lose"),
     Claim("offload_split", _HARDWARE,
           "offload loses on H800, pays on H20 and RTX 3090 (model, TP, memory fraction and GPU "
           "KV size also differ between the cards)", None, "", _HW, mo.offload_split,
-          note="ours: same model and workload on every card; holds only with a fixed cost per "
-          "chunk copied that the study did not measure"),
+          note="holds when the H800 loses at every tier swept and the others gain at their best. "
+          "Ours: same model, TP and device KV on every card (the study's differ), tiers below "
+          "(5 GiB) and above (20, 40 GiB) the working set"),
     # Context folding
     Claim("folding_hit", "folding", "prefix hit rate with context folding (96.5% without)",
           (0.51, 0.61), "fraction", "study, context folding on an RTX 3090", mo.folding_hit,
