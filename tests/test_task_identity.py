@@ -22,7 +22,7 @@ from replay.errors import ConfigError
 from replay.sim.options import SimConfig
 from replay.sim.server import build_app
 from replay.sweep.config import load_experiment
-from replay.sweep.runner import _run_options
+from replay.sweep.run_steps import _run_options
 from replay.trace.io import write_trace
 from replay.trace.synth import synth
 
