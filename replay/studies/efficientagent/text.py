@@ -141,8 +141,10 @@ Why some numbers differ (the simulator's assumptions, docs/simulator.md):
   time between calls being under a second: removing recompute shortens it more than on the
   study's servers, whose makespan ratio at 20 GiB (0.60) includes costs the simulator does not
   have.
-- **Pool size.** With 8 agents the no-offload makespan shrinks, but by less than the study's
-  25%, and a 3 GiB tier removes only a small share of the recompute: the simulated 8-agent
+- **Pool size.** With 8 agents the no-offload makespan shrinks by more than the study's 25%:
+  with no tier the simulated engine is saturated with recompute at pool 16 (a turn waits for
+  about 15 other prefills, see the workload timing), so halving the pool removes most of the
+  queueing; and a 3 GiB tier removes only a small share of the recompute: the simulated 8-agent
   working set (see the inputs) is above 3 GiB, so the tier thrashes as the 5 GiB one does at
   pool 16. Not fitted.
 - **Predictions.** Like the study's, ours are ranges, written before any run: the working-set
@@ -340,7 +342,7 @@ def _extensions(run: Any) -> list[str]:
         *words,
         "",
         "`ttl` pins a finished call's device blocks until its task returns, which saves recompute "
-        "but starves a 4 GiB device: in the simulator pins yield to decode growth, not to waiting "
+        "but starves a 6 GiB device: in the simulator pins yield to decode growth, not to waiting "
         "prefills, so requests wait for pins to expire and the makespan grows. `selective` "
         "writes a chunk only after its second lookup, so above the working set every first refill "
         "is lost. The `rate` limiter trims the refill churn under pressure and changes nothing "
