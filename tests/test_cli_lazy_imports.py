@@ -1,12 +1,19 @@
 """The CLI imports a subcommand's module only when that subcommand runs: `replay run` does not
-pay for the sweep, doctor or predict modules (pydantic, aiohttp, prometheus_client, pandas)."""
+pay for the sweep, doctor or predict modules (pydantic, aiohttp, prometheus_client, pandas), and
+a real run over the default transport loads neither pandas (calls.parquet is written without it)
+nor aiohttp."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
 
+import pyarrow.parquet as pq
+
 from replay.cli.main import cli
+from replay.trace.io import write_trace
+from replay.trace.synth import synth
+from tests.servers import FaultServer
 
 HEAVY = ("pandas", "matplotlib", "pydantic", "rich", "numba", "prometheus_client", "aiohttp")
 
@@ -28,6 +35,18 @@ def test_run_help_imports_no_heavy_package():
     loaded = _loaded_after(["run", "--help"])
     assert "click" in loaded  # the probe sees imports at all
     assert sorted(loaded & set(HEAVY)) == []
+
+
+def test_a_real_run_imports_no_pandas_matplotlib_pydantic_or_aiohttp(tmp_path):
+    trace = tmp_path / "t.jsonl.gz"
+    write_trace(synth("claude-code", tasks=2, seed=2, scale=0.01, max_calls_per_task=3), trace)
+    out = tmp_path / "run"
+    with FaultServer(model="m") as srv:
+        loaded = _loaded_after(["run", "--trace", str(trace), "--pool", "2", "--out", str(out),
+                                "--url", srv.url, "--gap-scale", "0.001", "--quiet"])  # fmt: skip
+        calls = len(srv.seen)
+    assert calls > 0 and pq.read_table(out / "calls.parquet").num_rows == calls
+    assert sorted(loaded & {"pandas", "matplotlib", "pydantic", "aiohttp", "numba"}) == []
 
 
 def test_sweep_still_loads_its_own_dependencies():
