@@ -26,6 +26,7 @@ from replay.counters import (
     DEVICE_HIT_TOKENS,
     HOST_RESTORE_TOKENS,
 )
+from replay.driver.arrow_columns import rows_table
 from replay.driver.latency import latency_summary
 from replay.errors import ErrorKind
 from replay.status import CallStatus
@@ -202,8 +203,7 @@ def write_parquet(rows: Iterable[Mapping[str, Any]], path: str | os.PathLike) ->
         unknown = r.keys() - _COLUMN_SET
         if unknown:
             raise ValueError(f"call row has keys that are not columns: {sorted(unknown)}")
-    cols = {name: [r.get(name) for r in rows] for name in CALL_COLUMNS}
-    table = pa.table(cols, schema=CALL_SCHEMA)
+    table = rows_table(rows, CALL_SCHEMA)
     path = Path(path)
     fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".parquet.tmp")
     chmod_by_umask(fd)

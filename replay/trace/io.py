@@ -22,6 +22,7 @@ import numpy as np
 import orjson
 
 from replay.errors import TraceError
+from replay.trace.id_arrays import PLACEHOLDER, cut_ids
 from replay.trace.model import FORMAT_NAME, FORMAT_VERSION, Call, CallRef, Trace, TraceHeader
 from replay.trace.schedule import MAX_AT_S, MAX_SPAN_S
 
@@ -98,6 +99,26 @@ def _parse(raw: bytes, file: str, lineno: int) -> dict:
             raise TraceError(file, lineno, None, f"invalid JSON: {e}") from None
     if not isinstance(obj, dict):
         raise TraceError(file, lineno, None, f"line must be a JSON object, got {_kind(obj)}")
+    return obj
+
+
+def _parse_call(raw: bytes, file: str, lineno: int) -> dict:
+    """`_parse` for a call line, its id arrays parsed by numpy (`id_arrays`): the same object,
+    with arrays for lists, and the same errors (any doubt re-parses the line as it is)."""
+    line, cut = raw, {}
+    for key in ("append", "output"):
+        got = cut_ids(line, key)
+        if got is not None:
+            line, cut[key] = got
+    if not cut:
+        return _parse(raw, file, lineno)
+    try:
+        obj = orjson.loads(line)
+    except orjson.JSONDecodeError:
+        return _parse(raw, file, lineno)
+    if not isinstance(obj, dict) or any(obj.get(k) != PLACEHOLDER for k in cut):
+        return _parse(raw, file, lineno)
+    obj.update(cut)
     return obj
 
 
@@ -179,18 +200,10 @@ class _Line:
             if required:
                 raise self.fail(key, "missing (required array of integers)")
             return None
-        if not isinstance(v, list):
-            raise self.fail(key, f"must be an array of integers, got {_kind(v)}")
-        if not v:
+        # an array: parsed from the line by `_parse_call` (ids >= 0, int64)
+        arr = v if isinstance(v, np.ndarray) else self._list_ints(key, v)
+        if arr is None:
             return np.empty(0, dtype)
-        try:
-            arr = np.array(v)
-        except (OverflowError, ValueError):
-            raise self.fail(key, "must be an array of 64-bit integers") from None
-        if arr.ndim != 1 or arr.dtype.kind not in "iu":
-            raise self.fail(key, "must be an array of integers")
-        if bool in set(map(type, v)):  # numpy reads [1, true] as [1, 1]
-            raise self.fail(key, "must be an array of integers, got true/false in it")
         if vocab is not None:
             lo, hi = int(arr.min()), int(arr.max())
             if lo < 0 or hi >= vocab:
@@ -199,6 +212,22 @@ class _Line:
         elif arr.dtype.kind == "u":
             raise self.fail(key, "block ids must fit in a signed 64-bit integer")
         return arr.astype(dtype, copy=False)
+
+    def _list_ints(self, key: str, v: Any) -> np.ndarray | None:
+        """A parsed JSON list as an integer array (None when empty), or the field's error."""
+        if not isinstance(v, list):
+            raise self.fail(key, f"must be an array of integers, got {_kind(v)}")
+        if not v:
+            return None
+        try:
+            arr = np.array(v)
+        except (OverflowError, ValueError):
+            raise self.fail(key, "must be an array of 64-bit integers") from None
+        if arr.ndim != 1 or arr.dtype.kind not in "iu":
+            raise self.fail(key, "must be an array of integers")
+        if bool in set(map(type, v)):  # numpy reads [1, true] as [1, 1]
+            raise self.fail(key, "must be an array of integers, got true/false in it")
+        return arr
 
     def ref(self, v: Any, key: str) -> CallRef:
         if (
@@ -411,7 +440,7 @@ def _lines(path: Path, file: str) -> Iterator[tuple[int, bytes]]:
         try:
             for raw in f:
                 lineno += 1
-                if raw.strip():
+                if raw and not raw.isspace():  # strip() would copy a long line
                     yield lineno, raw
         except (OSError, EOFError, zlib.error) as e:
             raise TraceError(file, lineno + 1, None, f"unreadable (corrupt gzip?): {e}") from None
@@ -440,7 +469,7 @@ def iter_calls(path: str | os.PathLike) -> Iterator[tuple[TraceHeader, Call | No
     yield header, None
     tasks: dict[str, _TaskState] = {}
     for lineno, raw in it:
-        obj = _parse(raw, file, lineno)
+        obj = _parse_call(raw, file, lineno)
         if "format" in obj and "task" not in obj:
             raise TraceError(
                 file, lineno, "format", "a second header line; only line 1 is a header"
