@@ -257,10 +257,39 @@ def _task_lines(path: Path) -> list[dict]:
     return [json.loads(line) for line in gzip.decompress(path.read_bytes()).splitlines()]
 
 
-def _rewrite_task(path: Path, edit) -> None:
+def _rewrite_task(path: Path, edit, *, manifest_too: bool = True) -> None:
+    """Rewrite a task file through `edit`; with `manifest_too` its manifest entry's digest follows,
+    as a rebuilt trace's would, so only the per-call checks see the edit."""
     rows = _task_lines(path)
     edit(rows)
-    path.write_bytes(gzip.compress("".join(json.dumps(r) + "\n" for r in rows).encode()))
+    data = gzip.compress("".join(json.dumps(r) + "\n" for r in rows).encode())
+    path.write_bytes(data)
+    m = path.parent / "trace_manifest.json"
+    if manifest_too and m.is_file():
+        manifest = json.loads(m.read_text())
+        for entry in manifest.get("files", []):
+            if entry.get("file") == path.name:
+                entry["sha256"] = hashlib.sha256(data).hexdigest()
+        m.write_text(json.dumps(manifest, indent=1) + "\n")
+
+
+def test_efficientagent_a_task_file_changed_after_its_manifest_is_refused(tmp_path: Path) -> None:
+    write_fixture(tmp_path)
+    task = sorted(tmp_path.glob("*.jsonl.gz"))[2]
+    _rewrite_task(task, lambda rows: rows.pop(), manifest_too=False)  # its last call cut
+    with pytest.raises(TraceError) as ei:
+        import_trace("efficientagent", [tmp_path])
+    assert (ei.value.file, ei.value.field) == (str(task), "sha256")
+    assert "manifest lists" in ei.value.why
+
+
+def test_efficientagent_a_task_file_the_manifest_lists_must_be_there(tmp_path: Path) -> None:
+    write_fixture(tmp_path)
+    gone = sorted(tmp_path.glob("*.jsonl.gz"))[0]
+    gone.unlink()
+    with pytest.raises(TraceError) as ei:
+        import_trace("efficientagent", [tmp_path])
+    assert ei.value.field == "files[0].file" and gone.name in ei.value.why
 
 
 def test_efficientagent_prompt_sha256_mismatch_names_file_line_and_field(tmp_path: Path) -> None:

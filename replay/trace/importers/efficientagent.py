@@ -154,6 +154,43 @@ def _task(path: Path) -> tuple[tuple[float, str], list[Call]]:
     return (float(order), task), calls
 
 
+def _check_file_digests(manifest: Path, entries: object) -> None:
+    """Each task file the manifest lists must be there with the bytes it was built with: the
+    release records SHA-256 of every `NNN_<task>.jsonl.gz` as written (build_trace.py `build`), so
+    a missing, truncated or edited file fails here instead of replaying a different workload."""
+    if entries is None:
+        return
+    if not isinstance(entries, list):
+        raise TraceError(str(manifest), None, "files", "must be a list of task file entries")
+    for i, entry in enumerate(entries):
+        if not isinstance(entry, dict) or not isinstance(entry.get("file"), str):
+            raise TraceError(str(manifest), None, f"files[{i}].file", "must name a task file")
+        want = entry.get("sha256")
+        path = manifest.parent / entry["file"]
+        if not path.is_file():
+            raise TraceError(
+                str(manifest),
+                None,
+                f"files[{i}].file",
+                f"{entry['file']} is listed but missing; copy it next to the manifest",
+            )
+        if want is None:
+            continue
+        if not isinstance(want, str) or not _HEX64.fullmatch(want):
+            raise TraceError(
+                str(manifest), None, f"files[{i}].sha256", "is not 64 lower-case hex digits"
+            )
+        got = hashlib.sha256(path.read_bytes()).hexdigest()
+        if got != want:
+            raise TraceError(
+                str(path),
+                None,
+                "sha256",
+                f"the file hashes to {got[:12]}..., the manifest lists {want[:12]}...; "
+                "the file was changed or damaged: copy it again or rebuild the trace",
+            )
+
+
 def import_efficientagent(
     sources: Sequence[str | os.PathLike], vocab_size: int | None = None
 ) -> Trace:
@@ -170,6 +207,7 @@ def import_efficientagent(
                 raise TraceError(
                     str(m), None, "schema", f"is {schema!r}; this importer reads {SCHEMA!r}"
                 )
+            _check_file_digests(m, data.get("files"))
             manifest = {**data, **manifest}
     files = expand_sources(sources, "*.jsonl.gz")
     if not files:
