@@ -4,7 +4,6 @@ engines themselves only run on a GPU machine)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -15,6 +14,7 @@ import pytest
 
 from replay.sweep.config import load_experiment
 from replay.sweep.runner import run_sweep
+from tests.subprocess_helpers import load_script
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "gpu_check.py"
@@ -41,16 +41,8 @@ stop_grace_s = 5
 """
 
 
-def load_script():
-    spec = importlib.util.spec_from_file_location("gpu_check", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_without_a_gpu_it_stops_at_once_saying_why(tmp_path):
-    if load_script().visible_gpu_count({}) > 0:
+    if load_script(SCRIPT, "gpu_check").visible_gpu_count({}) > 0:
         pytest.skip("this machine has a GPU")
     start = time.monotonic()
     done = subprocess.run(
@@ -63,7 +55,7 @@ def test_without_a_gpu_it_stops_at_once_saying_why(tmp_path):
 
 
 def test_run_checks_pass_on_a_real_run_and_catch_each_fault(tmp_path):
-    gpu_check = load_script()
+    gpu_check = load_script(SCRIPT, "gpu_check")
     (tmp_path / "gc.toml").write_text(SIM)
     result = run_sweep(
         load_experiment(tmp_path / "gc.toml"), results_root=tmp_path / "r", echo=lambda s: None

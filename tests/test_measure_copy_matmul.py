@@ -14,21 +14,15 @@ from pathlib import Path
 
 import pytest
 
+from tests.subprocess_helpers import load_script
+
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "measure_copy_matmul.py"
 TORCH_PYTHON = Path(os.environ.get("REPLAY_VLLM_PYTHON", ROOT / ".venv-vllm" / "bin" / "python"))
 
 
-def _script():
-    spec = importlib.util.spec_from_file_location("measure_copy_matmul", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
 def test_line_fit_separates_a_fixed_chunk_cost_from_bandwidth():
-    fit_line = _script().fit_line
+    fit_line = load_script(SCRIPT, "measure_copy_matmul").fit_line
     # 20 us per chunk + 50 GB/s, at the two chunk sizes the script measures
     sizes = [256 * 24_576, 1024 * 24_576]
     line = fit_line(sizes, [20e-6 + b / 50e9 for b in sizes])

@@ -4,9 +4,6 @@ simulated one is refused with one line."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -16,6 +13,7 @@ from replay.errors import ConfigError
 from replay.report.analyse import analyse
 from replay.report.simulated import check_simulated, simulated_section
 from tests.report_results_builder import write_run
+from tests.subprocess_helpers import replay_cli
 
 TIER = "host_tier_gib"
 
@@ -107,20 +105,12 @@ def test_a_real_sweep_given_as_the_simulated_one_is_refused(pair):
         check_simulated(load_results(measured))
 
 
-def _cli(*args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
-    code = "from replay.cli.main import main; main()"
-    return subprocess.run(
-        [sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=120, env=env
-    )
-
-
 def test_cli_vs_adds_the_section_and_without_it_there_is_none(pair):
     measured, simulated = pair
-    done = _cli("report", str(measured), "--no-figures")
+    done = replay_cli("report", str(measured), "--no-figures")
     assert done.returncode == 0, done.stderr
     assert "## Simulated vs measured" not in (measured / "report.md").read_text()
-    done = _cli("report", str(measured), "--no-figures", "--vs", str(simulated))
+    done = replay_cli("report", str(measured), "--no-figures", "--vs", str(simulated))
     assert done.returncode == 0, done.stderr
     text = (measured / "report.md").read_text()
     section = text[text.index("## Simulated vs measured\n") : text.index("## Figures\n")]
@@ -134,7 +124,7 @@ def test_cli_vs_a_real_sweep_or_a_missing_directory_is_one_line_and_exit_2(pair,
         (measured, "not the simulator"),
         (tmp_path / "nope", "no such results directory"),
     ):
-        done = _cli("report", str(measured), "--no-figures", "--vs", str(vs))
+        done = replay_cli("report", str(measured), "--no-figures", "--vs", str(vs))
         assert done.returncode == 2, done.stderr
         assert done.stderr.startswith("replay: ") and "Traceback" not in done.stderr
         assert why in done.stderr and len(done.stderr.strip().splitlines()) == 1

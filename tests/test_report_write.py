@@ -4,15 +4,13 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from replay.report import write_report
 from tests.report_results_builder import tier_sweep, write_run
+from tests.subprocess_helpers import replay_cli
 
 FIGURES = [
     "1_makespan_vs_tier",
@@ -115,28 +113,20 @@ def test_sweep_where_every_run_failed_still_renders(tmp_path):
     assert out.figures == []
 
 
-def _cli(*args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
-    code = "from replay.cli.main import main; main()"
-    return subprocess.run(
-        [sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=120, env=env
-    )
-
-
 def test_cli_writes_report(tmp_path):
     exp = tmp_path / "one"
     write_run(exp, {"host_tier_gib": 5}, 0, summary={"makespan_s": 2.0, "calls": 1})
     (exp / "host_tier_gib=5" / "r0" / "run.json").write_text(
         json.dumps({"status": "ok", "summary": {"makespan_s": 2.0}, "point": {"host_tier_gib": 5}})
     )
-    done = _cli("report", str(exp), "--no-figures")
+    done = replay_cli("report", str(exp), "--no-figures")
     assert done.returncode == 0, done.stderr
     assert "report.md" in done.stdout
     assert (exp / "report.md").read_text().startswith("# one: replay report")
 
 
 def test_cli_bad_directory_is_one_line_and_exit_2(tmp_path):
-    done = _cli("report", str(tmp_path / "missing"))
+    done = replay_cli("report", str(tmp_path / "missing"))
     assert done.returncode == 2
     assert done.stderr.startswith("replay: ") and "Traceback" not in done.stderr
     assert "no such results directory" in done.stderr
