@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import io
 import os
 import zlib
 from collections.abc import Iterator, Sequence
@@ -37,11 +38,12 @@ def load_json(path: Path) -> Any:
         raise TraceError(str(path), e.lineno, None, f"invalid JSON: {e.msg}") from None
 
 
-def iter_jsonl(path: Path) -> Iterator[tuple[int, dict]]:
-    """(line number, object) of a plain or gzip JSON Lines file, skipping blank lines."""
+def iter_jsonl(path: Path, data: bytes | None = None) -> Iterator[tuple[int, dict]]:
+    """(line number, object) of a plain or gzip JSON Lines file, skipping blank lines; `data`, when
+    given, is the file's bytes already read (so a caller that hashed them does not read twice)."""
     file = str(path)
     try:
-        with open(path, "rb") as raw:
+        with open(path, "rb") if data is None else io.BytesIO(data) as raw:
             magic = raw.read(2)
             raw.seek(0)
             f = gzip.GzipFile(fileobj=raw) if magic == b"\x1f\x8b" else raw

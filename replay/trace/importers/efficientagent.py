@@ -85,9 +85,9 @@ def _seconds(obj: dict, key: str, file: str, line: int, required: bool = True) -
     return float(v)
 
 
-def _task(path: Path) -> tuple[tuple[float, str], list[Call]]:
+def _task(path: Path, data: bytes | None = None) -> tuple[tuple[float, str], list[Call]]:
     file = str(path)
-    rows = iter_jsonl(path)
+    rows = iter_jsonl(path, data)
     first = next(rows, None)
     if first is None:
         raise TraceError(file, 1, None, "empty task file")
@@ -154,12 +154,14 @@ def _task(path: Path) -> tuple[tuple[float, str], list[Call]]:
     return (float(order), task), calls
 
 
-def _check_file_digests(manifest: Path, entries: object) -> None:
+def _check_file_digests(manifest: Path, entries: object) -> dict[Path, bytes]:
     """Each task file the manifest lists must be there with the bytes it was built with: the
     release records SHA-256 of every `NNN_<task>.jsonl.gz` as written (build_trace.py `build`), so
-    a missing, truncated or edited file fails here instead of replaying a different workload."""
+    a missing, truncated or edited file fails here instead of replaying a different workload.
+    Returns the bytes it hashed, by resolved path, so the parse reads each file once."""
+    read: dict[Path, bytes] = {}
     if entries is None:
-        return
+        return read
     if not isinstance(entries, list):
         raise TraceError(str(manifest), None, "files", "must be a list of task file entries")
     for i, entry in enumerate(entries):
@@ -180,7 +182,8 @@ def _check_file_digests(manifest: Path, entries: object) -> None:
             raise TraceError(
                 str(manifest), None, f"files[{i}].sha256", "is not 64 lower-case hex digits"
             )
-        got = hashlib.sha256(path.read_bytes()).hexdigest()
+        data = path.read_bytes()
+        got = hashlib.sha256(data).hexdigest()
         if got != want:
             raise TraceError(
                 str(path),
@@ -189,6 +192,8 @@ def _check_file_digests(manifest: Path, entries: object) -> None:
                 f"the file hashes to {got[:12]}..., the manifest lists {want[:12]}...; "
                 "the file was changed or damaged: copy it again or rebuild the trace",
             )
+        read[path.resolve()] = data
+    return read
 
 
 def import_efficientagent(
@@ -196,6 +201,7 @@ def import_efficientagent(
 ) -> Trace:
     """Import `replay_trace.v1` directories (or task files) into one ids trace."""
     manifest: dict = {}
+    hashed: dict[Path, bytes] = {}
     for s in sources:
         m = Path(s) / MANIFEST_NAME
         if m.is_file():
@@ -207,12 +213,14 @@ def import_efficientagent(
                 raise TraceError(
                     str(m), None, "schema", f"is {schema!r}; this importer reads {SCHEMA!r}"
                 )
-            _check_file_digests(m, data.get("files"))
+            hashed.update(_check_file_digests(m, data.get("files")))
             manifest = {**data, **manifest}
     files = expand_sources(sources, "*.jsonl.gz")
     if not files:
         raise TraceError(", ".join(map(str, sources)), None, None, "no task *.jsonl.gz files")
-    tasks = sorted((_task(p) for p in files), key=lambda kv: kv[0])
+    tasks = sorted(
+        (_task(p, hashed.pop(Path(p).resolve(), None)) for p in files), key=lambda kv: kv[0]
+    )
     calls = [c for _, cs in tasks for c in cs]
     seen: set[str] = set()
     for (_, task), _cs in tasks:
