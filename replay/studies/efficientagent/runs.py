@@ -29,6 +29,7 @@ PAPER_EXPERIMENTS = (
     "paper-hardware",
     "paper-folding",
     "paper-kappa",
+    "paper-prefix",
 )
 
 

@@ -41,6 +41,7 @@ replay sweep experiments/paper-pool8.toml
 replay sweep experiments/paper-hardware.toml    # 3 cards x tiers below and above the working set
 replay sweep experiments/paper-folding.toml
 replay sweep experiments/paper-kappa.toml       # fixed filter at 5 GiB, kappa 2-16
+replay sweep experiments/paper-prefix.toml      # no host tier, device prefix caching on and off
 replay sweep experiments/paper-extensions.toml  # rate limiter, TTL pinning, selective writes
 python -m replay.studies.efficientagent.holdout  # held-out check of the model (results/paper-holdout)
 replay report results/paper-h20 --paper         # report.md there, and this page
