@@ -123,7 +123,17 @@ Why some numbers differ (the simulator's assumptions, docs/simulator.md):
   agents is a mean turn of 45 s against a median of 9.0 s (5:1). Ours are not (about 1.1:1): the
   agents' own time is short, so the engine is saturated with recompute and a turn waits for about
   fifteen other prefills (the simulated H20 computes ~23K prompt tokens/s). Causes checked
-  against published facts: the device KV (now 6 GiB, the study's max-model-len) moves the median
+  against published facts: the engine's per-step scheduling is the study's. Its release serves
+  with vLLM 0.13.0 (`examples/run_replay.sh`), which gives an API server on a GPU of 70 GiB or
+  more 8,192 tokens a step (`vllm/engine/arg_utils.py`, `EngineArgs.get_batch_defaults`; an H20
+  has 96 GB), as paper-h20 uses; caps no long prefill (`long_prefill_token_threshold` stays 0
+  while `max_num_partial_prefills` is 1, `vllm/config/scheduler.py`), nor does the simulator;
+  and serves running requests in running order, then waiting ones first come first served
+  (`vllm/v1/core/sched/scheduler.py`, `Scheduler.schedule`; the simulator serves running decodes
+  before running prefills, which differs only when a later-admitted request decodes while an
+  earlier one still prefills). The release's `--max-num-seqs 16` (README, "Run a replay") never
+  binds with 16 agents: paper-h20's first 5 GiB run, re-run with it, gives the same records,
+  bit for bit. The device KV (now 6 GiB, the study's max-model-len) moves the median
   turn by under a second; the H20's prefill rate is not too slow (the study's own runs give
   ~14K tokens/s of recompute saved per second of makespan, 212 -> 128 min for ~70M tokens); and
   an own time with the tail the study's mean turn implies (log-normal σ 2.7, mean ~18 s, tried
@@ -136,6 +146,12 @@ Why some numbers differ (the simulator's assumptions, docs/simulator.md):
   time between calls being under a second: removing recompute shortens it more than on the
   study's servers, whose makespan ratio at 20 GiB (0.60) includes costs the simulator does not
   have.
+- **Prefix caching alone.** paper-prefix runs the paper-h20 setting with no host tier and the
+  device prefix cache on and off. With 16 agents the 6 GiB device holds the running batch and
+  little else: caching alone serves {prefix_hits} of the prompt tokens, so without it the run is
+  only {prefix_speedup} slower. The study's 11.1x is its largest ("up to"), from settings the
+  talk does not give; a device that holds the reuse working set (more GPU KV, or fewer agents)
+  would gain far more, but the study's GPU KV size is not published, so none is assumed.
 - **Pool size.** With 8 agents the no-offload makespan shrinks by more than the study's 25%:
   with no tier the simulated engine is saturated with recompute at pool 16 (a turn waits for
   about 15 other prefills, see the workload timing), so halving the pool removes most of the
@@ -145,12 +161,15 @@ Why some numbers differ (the simulator's assumptions, docs/simulator.md):
 - **Predictions.** Like the study's, ours are ranges, written before any run: the working-set
   model (docs/model.md) on the closed loop with the engine's queue, under the service models that
   bracket a run's timing (every call decoding alone; every agent decoding at once; seeded 5%
-  service noise), the point estimate from the batch in flight at each send. Fed a run's own call
-  times the model matches the simulator to about a thousand tokens at 20 GiB, so there the range
-  only has to cover timing. At 10 GiB calls wait seconds in the engine for device space (about
-  11 s at the 90th percentile) and look up the host tier when admitted; the model's
-  first-come-first-served queue with one prefill at a time catches only part of that wait, and
-  over-predicts restores.
+  service noise), the point estimate from the batch in flight at each send. The model's device
+  is an LRU over lookups; the simulator's also holds every running request's blocks, which with
+  16 agents fill most of the 6 GiB. Fed a run's own call times (`replay predict --order
+  run:DIR`, paper-h20's first 20 GiB run), the model gives the same host writes (4.60M tokens)
+  but 4.42M computed prefill tokens against the simulator's 6.39M, and 100M of the cached tokens
+  on the device against the simulator's 25M. At 10 GiB a call takes {wait_10} from send to
+  first token at the 90th percentile ({wait_20} at 20 GiB): it waits for device space and host
+  loads, and looks up the host tier when admitted; the model's first-come-first-served queue
+  with one prefill at a time catches only part of that wait, and {restore_error_10}.
 - **Noise.** Run-to-run variation comes only from the 5% service-time jitter, so it is smaller
   than the study's (116-124 min at 40 GiB): a difference called `real` here may be within the
   noise of a real server.
