@@ -82,11 +82,11 @@ start unless the KV cache holds one request of `max_model_len` (`vllm/v1/core/kv
 so this is a lower bound. The device holds about half of the 11 GiB reuse working set: whether a
 prefix survives is decided by the host tier, as in the study.
 
-Repeats: the simulator is deterministic for a given seed. paper-h20 sets `jitter = 0.05`: each
-repeat runs with its own engine seed (base seed + repeat index) and every planned stretch of engine
-steps lasts x (1 + 0.05 U(-1, 1)), so the two repeats differ the way runs on a real server do
-(in timing, and through timing in which prefixes survive) and the intervals and `real` / `within
-noise` verdicts measure that spread. The study's own spread (116-124 min at 40 GiB) is larger than
+Repeats: the simulator is deterministic for a given seed. paper-h20 and paper-prefix set
+`jitter = 0.05`: each repeat runs with its own engine seed (base seed + repeat index) and every
+planned stretch of engine steps lasts x (1 + 0.05 U(-1, 1)), so the two repeats differ the way
+runs on a real server do (in timing, and through timing in which prefixes survive) and the
+intervals and `real` / `within noise` verdicts measure that spread. The study's own spread (116-124 min at 40 GiB) is larger than
 this noise model; the other paper-* files run one repeat (`n=1`) without jitter."""
 
 WHY = """\
