@@ -11,8 +11,9 @@ import pytest
 from replay.report.markdown import md_table
 from replay.studies.efficientagent import CLAIMS, DIRECTION, NO, NOT_RUN, YES, claim, paper_rows
 from replay.studies.efficientagent.measures import Est, Inputs, Measured, Missing, Outcome
+from replay.studies.efficientagent.prose import SECTIONS
 from replay.studies.efficientagent.rule import Claim, Role, judge
-from replay.studies.efficientagent.text import _SECTIONS, score_line
+from replay.studies.efficientagent.text import score_line
 from replay.studies.efficientagent.verdict import Row, evaluate
 
 
@@ -130,7 +131,7 @@ def test_not_run_absent_and_a_note_that_depends_on_the_outcome():
 def test_the_claims_table_is_consistent():
     keys = [c.key for c in CLAIMS]
     assert len(keys) == len(set(keys))
-    sections = {s for s, _ in _SECTIONS}
+    sections = {s for s, _ in SECTIONS}
     for c in CLAIMS:
         assert c.section in sections, c.key
         assert c.source.startswith("study"), c.key

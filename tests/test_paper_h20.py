@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from replay.studies.efficientagent import NOT_RUN, build_paper, load_paper_runs, paper_rows
@@ -106,6 +107,11 @@ def test_paper_page_and_report_cli(results_root, tmp_path):
     assert "| claim | study | where | ours | verdict | note |" in text
     assert "**Score (outcomes only," in text
     assert "### paper-h20, every point" in text
+    # the prose quotes figures measured on these runs, and says which experiments did not run
+    h20 = load_paper_runs(results_root, tier_scale=SCALE)["paper-h20"]
+    wait_10 = np.percentile(h20.first_token_waits(host_tier_gib=10, admission="all"), 90)
+    assert f"a call takes {wait_10:.1f} s from send to" in text
+    assert "caching alone serves (not run) of the prompt tokens" in text
     out = tmp_path / "paper.md"
     proc = subprocess.run(
         [

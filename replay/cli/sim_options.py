@@ -50,6 +50,10 @@ _OPTIONS: list[tuple[str, dict[str, Any]]] = [
         "--device-eviction",
         {"type": click.Choice(DEVICE_EVICTIONS), "help": "block: LRU tail-first; session: whole"},
     ),
+    (
+        "--enable-prefix-caching/--no-enable-prefix-caching",
+        {"default": None, "help": "share and keep device KV blocks across requests (vLLM's flag)"},
+    ),
     ("--max-num-seqs", {"type": int, "help": "max running sequences"}),
     ("--max-num-batched-tokens", {"type": int, "help": "token budget per step (chunked prefill)"}),
     ("--efficiency", {"type": float, "help": "fraction of peak FLOP/s and bandwidth achieved"}),

@@ -349,7 +349,7 @@ class SimEngine:
         if self.slots is not None:
             return self._admit_to_slot(s, now)
         L = s.prefill_len
-        m = self.device.match(s.keys[: (L - 1) // self.B])
+        m = self.device.match(s.keys[: (L - 1) // self.B]) if self.cfg.enable_prefix_caching else 0
         hit = s.keys[:m]
         need = -(-L // self.B) - m
         if need > self.device.n_available - self.device.free_among(hit):
@@ -490,6 +490,8 @@ class SimEngine:
                 self._decline(cand)
 
     def _register(self, s: Seq, full_blocks: int) -> None:
+        if not self.cfg.enable_prefix_caching:
+            return  # the blocks stay the request's own and are freed with it
         new = s.keys[s.held : full_blocks]
         if len(new):
             self.device.register(new)

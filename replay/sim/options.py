@@ -50,6 +50,9 @@ class SimConfig:
     ttl_s: float = 30.0  # ttl: how long a finished call's device blocks stay pinned
     window_s: float = 60.0  # conditioned: window of the runtime working-set estimate
     device_eviction: str = "block"
+    # off: no device block is shared or kept for a later request (vLLM's --no-enable-prefix-caching);
+    # each call computes its whole prompt unless the host tier restores part of it
+    enable_prefix_caching: bool = True
     max_num_seqs: int = 256
     max_num_batched_tokens: int = 8192
     efficiency: float = 0.6
@@ -106,6 +109,16 @@ class SimConfig:
         ):
             if getattr(self, f) not in valid:
                 raise bad(f, f"unknown value {getattr(self, f)!r}; valid: {', '.join(valid)}")
+        if not self.enable_prefix_caching and (
+            self.personality == "llamacpp" or self.write_policy == "write-back"
+        ):
+            # llamacpp reuses slots, not blocks; write-back writes what the device evicts, and
+            # uncached blocks are never evicted, only freed
+            raise bad(
+                "enable_prefix_caching",
+                "off needs the reference or vllm personality and a write policy other than "
+                "write-back",
+            )
         if self.costs:
             from replay.sim.fitted_cost import load_costs
 

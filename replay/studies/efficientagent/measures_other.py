@@ -1,5 +1,6 @@
-"""Our side of the claims measured beside paper-h20: eight agents (paper-pool8), the hardware
-comparison (the presets and paper-hardware) and context folding (paper-folding).
+"""Our side of the claims measured beside paper-h20: eight agents (paper-pool8), prefix caching
+alone (paper-prefix), the hardware comparison (the presets and paper-hardware) and context
+folding (paper-folding).
 
 Same contract as `measures`: `Measured`, `Missing(what)`, or None for no row.
 """
@@ -58,6 +59,24 @@ def pool8_makespan(i: Inputs) -> Outcome:
         h20.values("makespan_s", host_tier_gib=0), pool8.values("makespan_s", host_tier_gib=0)
     )
     return Measured(cmp_text(c), (est_cmp(c),))
+
+
+# -- prefix caching alone ----------------------------------------------------------------------
+
+
+def prefix_caching_speedup(i: Inputs) -> Outcome:
+    """How many times faster device prefix caching alone makes a run: makespan with caching off
+    over makespan with it on, no host tier (paper-prefix)."""
+    run = i.run("paper-prefix")
+    if run is None:
+        return Missing("paper-prefix")
+    c = welch_compare(
+        run.values("makespan_s", enable_prefix_caching=True),
+        run.values("makespan_s", enable_prefix_caching=False),
+    )
+    if c.verdict == "no data":
+        return Missing("paper-prefix")
+    return Measured(f"{1 + c.rel_diff:.2f}x ({cmp_text(c)})", (est_cmp(c, ratio=True),))
 
 
 # -- hardware ----------------------------------------------------------------------------------

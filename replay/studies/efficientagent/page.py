@@ -1,7 +1,7 @@
 """docs/paper.md: our paper-* runs beside the EfficientAgent study's published numbers.
 
 `write_paper(results_root, out)` reads whichever of `results_root/paper-h20`, `paper-pool8`,
-`paper-hardware`, `paper-folding`, `paper-kappa`, `paper-extensions` and
+`paper-hardware`, `paper-folding`, `paper-kappa`, `paper-prefix`, `paper-extensions` and
 `paper-holdout/holdout.json` exist, sets every published claim (`claims.CLAIMS`) beside our value
 (mean ± 95% t half-width over repeats, or a Welch interval on a difference), gives a verdict per
 claim (`verdict`), and says in words what reproduces, what does not, and why. Statistics come

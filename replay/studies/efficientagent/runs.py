@@ -29,6 +29,7 @@ PAPER_EXPERIMENTS = (
     "paper-hardware",
     "paper-folding",
     "paper-kappa",
+    "paper-prefix",
 )
 
 
@@ -82,6 +83,20 @@ class PaperRun:
             for _, t in calls.sort_values("t_send").groupby("task")["t_send"]:
                 gaps.append(np.diff(t.to_numpy(dtype=float)))
         return np.concatenate(gaps) if gaps else np.empty(0)
+
+    def first_token_waits(self, **where: Any) -> np.ndarray:
+        """Seconds from each call's send to its first token, over the runs at `where`: its wait
+        in the engine's queue, its restore and its prefill (calls.jsonl)."""
+        sel = self._where(where)
+        if sel is None:
+            return np.empty(0)
+        waits = []
+        for run_dir in sel.get("run_dir", []):
+            calls = load_calls(run_dir)
+            if {"t_send", "t_first_token"} <= set(calls.columns):
+                w = (calls["t_first_token"] - calls["t_send"]).to_numpy(dtype=float)
+                waits.append(w[np.isfinite(w)])
+        return np.concatenate(waits) if waits else np.empty(0)
 
     def prediction(self, quantity: str, tier_gib: float, **group: Any) -> float | None:
         p = self.predicted
