@@ -5,8 +5,8 @@ send their first calls at the same instant and whichever reaches the server firs
 and a call that ends a millisecond earlier hands its slot (and, on llama.cpp, the RAM tier's
 least recently used entry) to another waiting call. Between repeats of one point that order
 differs, and with a host tier smaller than the working set it decides which prompts are still
-held: on the llama.cpp CPU sweep the 4 MiB point's computed prefill moved by 8% between three
-repeats, with a third of the calls reusing different prefixes. A simulator with fixed costs
+held: on a quiet llama.cpp CPU sweep the 4 MiB point's computed prefill moved by 8% between
+three repeats, 16 of its 36 calls reusing a different prefix in one repeat than in another. A simulator with fixed costs
 follows one order, so a prediction from it lands anywhere inside that spread.
 
 `simulate_orders` runs the point `orders` times: the trace as recorded with no noise (order 0,
@@ -14,7 +14,7 @@ the single prediction `orders = 1` gives), then the tasks' start order shuffled 
 permutation of the pool's root tasks, as the server may see the first sends) with a seeded
 +-`ORDER_JITTER` stretch of every planned step (replay.sim.engine's `jitter`), and reports the
 mean of each total with its min and max over the orders. The jitter stands for the run-to-run
-variation of a step's time on a shared CPU; it moves the costs' mean by nothing.
+variation of a step's time on a shared CPU; its mean is 1, so the costs stay as fitted on average.
 """
 
 from __future__ import annotations
@@ -30,7 +30,8 @@ from replay.trace.model import Trace
 __all__ = ["ORDER_JITTER", "MAX_ORDERS", "permuted_trace", "simulate_orders", "check_orders"]
 
 # per-step service noise of the shuffled orders: large enough to flip near-ties between calls
-# (the llama.cpp CPU sweep's repeats differ by ~10% in decode time a token), small against a step
+# (on the quiet llama.cpp CPU sweep a point's repeats differ by up to 18% in median time between
+# tokens), small enough to leave each step's cost recognisable
 ORDER_JITTER = 0.1
 MAX_ORDERS = 64
 
