@@ -12,6 +12,10 @@ plain errors then predict at the median fitted run's speed; the `*_at_run_speed`
 each measured run at its own factor, which takes the machine's load out of the comparison and
 leaves the cost model's and the cache's error. Each run's factor is listed beside the load
 averages its provenance recorded, so the two can be checked against each other.
+
+With `orders` > 1 every simulated point is the mean over that many call orders
+(replay.calibrate.orders): the measured repeats each followed the order their own timing picked,
+and one simulated order is one draw of it, not its mean.
 """
 
 from __future__ import annotations
@@ -24,7 +28,14 @@ from typing import Any
 import numpy as np
 
 from replay.calibrate.fit import fit_costs, fit_speed
-from replay.calibrate.records import ResultsDir, call_rows, run_load_averages, run_totals
+from replay.calibrate.orders import check_orders, simulate_orders
+from replay.calibrate.records import (
+    RUN_TOTALS,
+    ResultsDir,
+    call_rows,
+    run_load_averages,
+    run_totals,
+)
 from replay.counters import COMPUTED_PREFILL_TOKENS
 from replay.errors import ConfigError
 from replay.model.presets import GIB
@@ -122,6 +133,17 @@ def _simulate(results: ResultsDir, trace: Any, engine: str, sim_kw: dict, run: d
     return summary
 
 
+def _simulate_point(
+    results: ResultsDir, trace: Any, engine: str, sim_kw: dict, run: dict, orders: int
+) -> dict[str, Any]:
+    """The point's run totals, each the mean over `orders` simulated call orders."""
+
+    def one(tr: Any, kw: Mapping[str, Any]) -> dict:
+        return _simulate(results, tr, engine, dict(kw), run)
+
+    return simulate_orders(one, trace, sim_kw, orders, RUN_TOTALS)
+
+
 def _err(sim: float | None, meas: float | None) -> float | None:
     if sim is None or meas is None or not meas:
         return None
@@ -151,9 +173,13 @@ def calibrate(
     fit_points: Sequence[str],
     costs_path: str | Path,
     per_run_speed: bool = False,
+    orders: int = 1,
 ) -> dict[str, Any]:
-    """Fit on `fit_points`, write `costs_path`, simulate every point; the report as a dict."""
+    """Fit on `fit_points`, write `costs_path`, simulate every point (the mean over `orders`
+    call orders); the report as a dict."""
     from replay.sweep.prepare import load_trace
+
+    check_orders(orders)
 
     exp = results.experiment
     src = str(results.path)
@@ -240,6 +266,7 @@ def calibrate(
         "costs": fit.costs.to_dict(),
         "residuals": fit.summary(),
         "per_run_speed": per_run_speed,
+        "orders": orders,
         "runs": run_rows,
         "fit": [],
         "heldout": [],
@@ -254,7 +281,7 @@ def calibrate(
             )
             continue
         kw = sim_options_for(results, engine, options, str(costs_file))
-        sim = _simulate(results, trace, engine, kw, run)
+        sim = _simulate_point(results, trace, engine, kw, run, orders)
         hit_sim = _hit_fraction(sim.get("device_hit_tokens"), sim.get("prompt_tokens"))
         hit_meas = _hit_fraction(meas.get("device_hit_tokens"), meas.get("prompt_tokens"))
         row = {
@@ -270,11 +297,14 @@ def calibrate(
             if hit_sim is None or hit_meas is None
             else hit_sim - hit_meas,
             "simulated": {k: sim.get(k) for k in meas},
+            "simulated_range": {k: sim["spread"].get(k) for k in meas},
             "measured": meas,
         }
         if per_run_speed:
             row.update(
-                _at_run_speed(results, trace, engine, options, run, pr, fit.costs, speeds, meas)
+                _at_run_speed(
+                    results, trace, engine, options, run, pr, fit.costs, speeds, meas, orders
+                )
             )
         report["fit" if name in fit_points else "heldout"].append(row)
     return report
@@ -290,8 +320,10 @@ def _at_run_speed(
     costs: FittedCosts,
     speeds: Mapping[tuple[str, str], float | None],
     meas: Mapping[str, Any],
+    orders: int,
 ) -> dict[str, Any]:
-    """The point simulated once per measured run at that run's speed factor: errors of the mean."""
+    """The point simulated per measured run at that run's speed factor (each the mean over
+    `orders` call orders): errors of the mean."""
     sims = []
     with tempfile.TemporaryDirectory(prefix="replay-calibrate-speed-") as tmp:
         for run_dir in pr.run_dirs:
@@ -300,7 +332,7 @@ def _at_run_speed(
                 continue
             path = _at_speed(costs, speed, Path(tmp) / f"{run_dir.name}.toml")
             kw = sim_options_for(results, engine, options, path)
-            sims.append(_simulate(results, trace, engine, kw, run))
+            sims.append(_simulate_point(results, trace, engine, kw, run, orders))
     if not sims:
         return {}
     makespan = _mean([s.get("makespan_s") for s in sims])

@@ -49,6 +49,17 @@ def _text(report: dict[str, Any], costs_path: str) -> str:
                 f"{'-' if hit is None else f'{hit:+.3f}':>9}"
             )
     lines.append("(hit frac: simulated minus measured device hit fraction, absolute)")
+    if report.get("orders", 1) > 1:
+        lines += ["", f"over {report['orders']} simulated call orders (min..max; measured mean):"]
+        for row in report["fit"] + report["heldout"]:
+            if "skipped" in row:
+                continue
+            parts = []
+            for key, label, fmt in _RANGES:
+                lo_hi, meas = row["simulated_range"].get(key), row["measured"].get(key)
+                if lo_hi is not None and meas is not None:
+                    parts.append(f"{label} {fmt(lo_hi[0])}..{fmt(lo_hi[1])} ({fmt(meas)})")
+            lines.append(f"  {row['point']:<34} " + ", ".join(parts))
     if report.get("per_run_speed"):
         lines += ["", "at each run's own speed factor (the machine's load taken out):"]
         lines.append(f"  {'point':<34} {'makespan':>9} {'TTFT p50':>9}")
@@ -69,6 +80,12 @@ def _text(report: dict[str, Any], costs_path: str) -> str:
     return "\n".join(lines)
 
 
+_RANGES = (
+    ("makespan_s", "makespan", lambda v: f"{v:.2f} s"),
+    ("computed_prefill_tokens", "prefill", lambda v: f"{v:,.0f}"),
+)
+
+
 @click.command("calibrate")
 @click.argument("results_dir", type=click.Path(path_type=Path))
 @click.option(
@@ -86,15 +103,32 @@ def _text(report: dict[str, Any], costs_path: str) -> str:
     help="fit a speed factor per run beside the costs (a shared machine whose load changes "
     "between runs); also report each point's errors simulated at its runs' own factors",
 )
+@click.option(
+    "--orders",
+    type=int,
+    default=1,
+    show_default=True,
+    help="simulate each point in this many call orders (the recorded one, then seeded shuffles "
+    "of the tasks' start order with +-10% step noise) and predict their mean; a real engine's "
+    "repeats each follow the order their own timing picks",
+)
 def command(
-    results_dir: Path, fit_points: tuple[str, ...], out: str, as_json: bool, per_run_speed: bool
+    results_dir: Path,
+    fit_points: tuple[str, ...],
+    out: str,
+    as_json: bool,
+    per_run_speed: bool,
+    orders: int,
 ) -> None:
     """Fit the simulator's costs to the measured runs of RESULTS_DIR's --fit points, simulate
     every point with them and the engine's personality, and report the errors."""
     from replay.calibrate.heldout import calibrate
+    from replay.calibrate.orders import check_orders
     from replay.calibrate.records import read_results
 
-    report = calibrate(read_results(results_dir), list(fit_points), out, per_run_speed)
+    check_orders(orders)  # before the results are read: a bad count is the first thing said
+
+    report = calibrate(read_results(results_dir), list(fit_points), out, per_run_speed, orders)
     if as_json:
         click.echo(orjson.dumps(report, option=orjson.OPT_INDENT_2).decode())
     else:
