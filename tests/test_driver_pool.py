@@ -384,12 +384,18 @@ def test_signal_outside_the_loop_is_raised_again_after_the_directory_is_written(
         return {"preemptions": 0}
 
     trace = make_trace({"a": [{}, {}]})
+    # the caller's handler is Python's own, whatever an earlier test or the runner left installed
+    # (an ignored SIGINT would be redelivered to SIG_IGN and rightly raise nothing)
+    outer = signal.signal(signal.SIGINT, signal.default_int_handler)
     before = signal.getsignal(signal.SIGINT)
-    with pytest.raises(KeyboardInterrupt):
-        run_replay(
-            trace, ScriptedTransport, RunOptions(pool=1), tmp_path, virtual=True,
-            counters_fn=counters,
-        )  # fmt: skip
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            run_replay(
+                trace, ScriptedTransport, RunOptions(pool=1), tmp_path, virtual=True,
+                counters_fn=counters,
+            )  # fmt: skip
+    finally:
+        after = signal.signal(signal.SIGINT, outer)
     doc = orjson.loads((tmp_path / "run.json").read_bytes())
     assert doc["status"] == "ok" and doc["summary"]["calls"] == 2
-    assert signal.getsignal(signal.SIGINT) is before  # the caller's handler is back
+    assert after is before  # the caller's handler is back
