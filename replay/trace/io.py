@@ -19,6 +19,7 @@ from typing import IO
 import orjson
 
 from replay.errors import TraceError
+from replay.trace import cache
 from replay.trace.fields import kind
 from replay.trace.id_arrays import PLACEHOLDER, cut_ids
 from replay.trace.model import Call, Trace, TraceHeader
@@ -132,10 +133,39 @@ def iter_calls(path: str | os.PathLike) -> Iterator[tuple[TraceHeader, Call | No
         yield head, check_call(obj, head, file, lineno, tasks)
 
 
-def read_trace(path: str | os.PathLike) -> Trace:
-    """Read and fully validate a trace file (plain or gzip JSON Lines) into a `Trace`."""
+def read_trace(path: str | os.PathLike, cache_dir: str | os.PathLike | None = None) -> Trace:
+    """Read and fully validate a trace file (plain or gzip JSON Lines) into a `Trace`.
+
+    With `cache_dir`, a trace file of MIN_CACHED_BYTES or more is also kept there parsed, and
+    read from there while the file's bytes are the same (`trace.cache`; `replay run` passes
+    `cache.default_cache_dir()` unless --no-trace-cache).
+    """
+    p = Path(path)
+    if cache_dir is None:
+        return _read_parsed(path)
+    try:
+        size_bytes = p.stat().st_size
+    except OSError as e:
+        raise TraceError(str(path), None, None, f"cannot open: {e.strerror or e}") from None
+    if size_bytes < cache.MIN_CACHED_BYTES:
+        return _read_parsed(path)
+    sha256, before = cache.file_sha256(p)
+    got = cache.load(p, sha256, before.st_size, Path(cache_dir))
+    if got is not None:
+        got.path = str(path)
+        return got
+    trace = _read_parsed(path)
+    after = p.stat()
+    # an edit while the file was hashed or parsed: neither the digest nor an entry may stand
+    if (after.st_size, after.st_mtime_ns) == (before.st_size, before.st_mtime_ns):
+        trace.sha256 = sha256
+        cache.store(trace, sha256, before.st_size, Path(cache_dir))
+    return trace
+
+
+def _read_parsed(path: str | os.PathLike) -> Trace:
     stream = iter_calls(path)
-    header, _ = next(stream)
-    calls = [call for _, call in stream if call is not None]
+    head, _ = next(stream)
+    calls = [c for _, c in stream if c is not None]
     check_graph(calls, str(path))
-    return Trace(header, calls, path=str(path))
+    return Trace(head, calls, path=str(path))
