@@ -128,8 +128,14 @@ def test_an_entry_of_other_bytes_or_damaged_is_a_miss(tmp_path):
     # damaged entries: cut short, a flipped length field, not JSON, another layout
     good = _entries(d)[0].read_bytes()
     head = len(cache.MAGIC)
-    for bad in (good[:-4], good[: head + 3], good[:head] + b"\xff" * 8 + good[head + 8 :],
-                good.replace(b'"calls"', b'"callz"'), b"replay-trace-cache-0\n" + good[head:]):  # fmt: skip
+    damaged = [
+        good[:-4],
+        good[: head + 3],
+        good[:head] + b"\xff" * 8 + good[head + 8 :],
+        good.replace(b'"calls"', b'"callz"'),
+        b"replay-trace-cache-0\n" + good[head:],
+    ]
+    for bad in damaged:
         for e in _entries(d):
             e.write_bytes(bad)
         _same(read_trace(b, d), read_trace(b))

@@ -26,7 +26,13 @@ from replay.trace.model import Call, Trace, TraceHeader
 from replay.trace.validate import TaskState, check_call, check_graph, check_header
 
 # the writer's names stay importable from here, where they have always been
-from replay.trace.write import _ordered, call_to_dict, header_to_dict, trace_lines, write_trace  # noqa: F401
+from replay.trace.write import (  # noqa: F401
+    _ordered,
+    call_to_dict,
+    header_to_dict,
+    trace_lines,
+    write_trace,
+)
 
 __all__ = [
     "read_trace",
