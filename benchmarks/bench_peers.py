@@ -20,6 +20,7 @@ results/bench-peers.json. Needs AIPerf in .venv-aiperf (the Makefile installs it
 
 from __future__ import annotations
 
+import compileall
 import json
 import os
 import platform
@@ -31,6 +32,7 @@ from pathlib import Path
 
 import orjson
 
+import replay
 from benchmarks.bench_driver import MOONCAKE_SPAN_S, MOONCAKE_SPEEDUP, _trace, mooncake_traces
 from benchmarks.common import load_avg_1m, spread
 from benchmarks.peers_aiperf import (
@@ -163,6 +165,11 @@ def _versions(env: dict) -> dict:
 def run() -> dict:
     if not (AIPERF_VENV / "bin" / "aiperf").exists():
         _usage(f"{AIPERF_VENV}/bin/aiperf: missing: run `make bench-peers`, which installs it")
+    # An installed package carries its compiled bytecode (pip writes it, as it did for AIPerf
+    # in .venv-aiperf); this checkout's editable replay gets it on its first import, unless
+    # PYTHONDONTWRITEBYTECODE is set, when every run would compile ~70 modules (~0.1 s of CPU)
+    # that no installed copy compiles. Compiled here once, as pip would.
+    compileall.compile_dir(Path(replay.__file__).parent, quiet=1)
     cores = sorted(os.sched_getaffinity(0))
     server_cpus = {cores[0]}
     client_cpus = set(cores[1:]) or server_cpus
