@@ -196,3 +196,16 @@ def test_replay_run_uses_the_cache_and_no_trace_cache_turns_it_off(tmp_path, mon
     assert all(calls)
     monkeypatch.setenv("REPLAY_TRACE_CACHE", "off")
     assert cache.default_cache_dir() is None
+
+
+def test_a_killed_writers_leftover_goes_after_a_day(tmp_path):
+    d = tmp_path / "cache"
+    d.mkdir()
+    old, fresh = d / ".old.tmp", d / ".fresh.tmp"
+    for f in (old, fresh):
+        f.write_bytes(b"part of an entry")
+    os.utime(old, (1e9, 1e9))
+    path = tmp_path / "t.jsonl"
+    write_trace(_ids_trace(), path)
+    read_trace(path, d)
+    assert not old.exists() and fresh.exists() and len(_entries(d)) == 1

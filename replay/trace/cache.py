@@ -15,9 +15,11 @@ ids, then every call's `output` ids, in call order.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import tempfile
+import time
 from pathlib import Path
 
 import numpy as np
@@ -82,9 +84,10 @@ def load(path: Path, sha256: str, size_bytes: int, cache_dir: Path) -> Trace | N
             buf = bytearray(os.fstat(f.fileno()).st_size)
             if f.readinto(buf) != len(buf):
                 return None
-        os.utime(entry)  # last use, for the eviction order
     except OSError:
         return None
+    with contextlib.suppress(OSError):  # a cache shared read-only is still read
+        os.utime(entry)  # last use, for the eviction order
     try:
         return _decode(buf, path, sha256, size_bytes)
     except (ValueError, KeyError, TypeError, IndexError, orjson.JSONDecodeError, TraceError):
@@ -182,7 +185,11 @@ def _evict(cache_dir: Path, keep: str, max_bytes: int) -> None:
     `max_bytes`."""
     entries = []
     for e in os.scandir(cache_dir):
-        if e.name.endswith(_SUFFIX) and not e.name.startswith(keep):
+        if e.name.endswith(".tmp"):  # left by a writer that was killed: gone after a day
+            with contextlib.suppress(OSError):
+                if e.stat().st_mtime < time.time() - 86400:
+                    os.unlink(e.path)
+        elif e.name.endswith(_SUFFIX) and not e.name.startswith(keep):
             try:
                 st = e.stat()
             except OSError:
