@@ -1,7 +1,7 @@
 """The CLI imports a subcommand's module only when that subcommand runs: `replay run` does not
 pay for the sweep, doctor or predict modules (pydantic, aiohttp, prometheus_client, pandas), and
 a real run over the default transport loads neither pandas (calls.parquet is written without it)
-nor aiohttp."""
+nor aiohttp, nor httpx (its scrapes and probes are plain standard-library GETs)."""
 
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ def test_run_help_imports_no_heavy_package():
     assert sorted(loaded & set(HEAVY)) == []
 
 
-def test_a_real_run_imports_no_pandas_matplotlib_pydantic_or_aiohttp(tmp_path):
+def test_a_real_run_imports_no_pandas_matplotlib_pydantic_aiohttp_or_httpx(tmp_path):
     trace = tmp_path / "t.jsonl.gz"
     write_trace(synth("claude-code", tasks=2, seed=2, scale=0.01, max_calls_per_task=3), trace)
     out = tmp_path / "run"
@@ -46,7 +46,9 @@ def test_a_real_run_imports_no_pandas_matplotlib_pydantic_or_aiohttp(tmp_path):
                                 "--url", srv.url, "--gap-scale", "0.001", "--quiet"])  # fmt: skip
         calls = len(srv.seen)
     assert calls > 0 and pq.read_table(out / "calls.parquet").num_rows == calls
-    assert sorted(loaded & {"pandas", "matplotlib", "pydantic", "aiohttp", "numba"}) == []
+    assert "replay" in loaded and "orjson" in loaded  # the probe sees the run's imports
+    unwanted = {"pandas", "matplotlib", "pydantic", "aiohttp", "numba", "httpx", "rich"}
+    assert sorted(loaded & unwanted) == []
 
 
 def test_sweep_still_loads_its_own_dependencies():

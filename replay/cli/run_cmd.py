@@ -27,6 +27,14 @@ if TYPE_CHECKING:
     type=click.Path(dir_okay=False),
     help="trace file (.jsonl or .jsonl.gz)",
 )
+@click.option(
+    "--trace-cache/--no-trace-cache",
+    default=True,
+    show_default=True,
+    help="keep a parsed copy of a trace of 1 MiB or more, named by the sha256 of its bytes, in "
+    "$REPLAY_TRACE_CACHE (a folder, or off) or ~/.cache/replay/traces, and load that copy while "
+    "the file's bytes are unchanged (docs/driver.md)",
+)
 @click.option("--pool", type=int, required=True, help="active pool: task slots running at once")
 @click.option(
     "--out",
@@ -152,6 +160,7 @@ if TYPE_CHECKING:
 @sim_options
 def command(
     trace_path: str,
+    trace_cache: bool,
     pool: int,
     out_dir: str,
     force: bool,
@@ -189,6 +198,7 @@ def command(
     from replay.driver.run import exit_code
     from replay.engines.registry import get_engine
     from replay.sweep.results import prepare_out_dir
+    from replay.trace.cache import default_cache_dir
     from replay.trace.io import read_trace
     from replay.trace.schedule import check_pool
 
@@ -251,7 +261,7 @@ def command(
             simopts, slo_s, scrape_interval_s,
         )  # fmt: skip
         return
-    trace = read_trace(trace_path)
+    trace = read_trace(trace_path, default_cache_dir() if trace_cache else None)
     check_pool(trace, pool)  # refuse before sending what would wait forever
     # the served model before --out is made: --strict refuses to start without one
     model, early = (None, []) if url is None else _model(url, served_model, options.strict)

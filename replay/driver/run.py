@@ -343,7 +343,8 @@ class _SignalGuard:
 def _provenance(trace: Trace, extra: Mapping[str, Any] | None, virtual: bool) -> dict[str, Any]:
     prov: dict[str, Any] = {
         "trace": trace.path,
-        "trace_sha256": _sha256(trace.path) if trace.path else _content_sha256(trace),
+        "trace_sha256": trace.sha256
+        or (_sha256(trace.path) if trace.path else _content_sha256(trace)),
         "trace_calls": len(trace),
         "argv": list(sys.argv),
         "versions": _versions(),

@@ -108,19 +108,22 @@ _VERSION_PATHS = (
 def server_version(root: str, timeout_s: float = 5.0) -> str | None:
     """A running server's own statement of its version, best effort (None when it makes none):
     the way to name an engine that was not launched here (an external server)."""
-    import httpx
     import orjson
 
-    from replay.metrics.scrape import http_client
+    from replay.metrics.plain_get import GetError, PlainGetter
 
-    with http_client(root, timeout_s) as client:
+    try:
+        client = PlainGetter(root, timeout_s)
+    except GetError:
+        return None
+    with client:
         for path, key in _VERSION_PATHS:
             try:
-                r = client.get(root + path)
-                if r.status_code // 100 != 2:
+                status, body = client.get(root + path)
+                if status // 100 != 2:
                     continue
-                value = orjson.loads(r.content).get(key)
-            except (httpx.HTTPError, orjson.JSONDecodeError, AttributeError):
+                value = orjson.loads(body).get(key)
+            except (GetError, orjson.JSONDecodeError, AttributeError):
                 continue
             if value:
                 return str(value)

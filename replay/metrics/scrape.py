@@ -1,4 +1,4 @@
-"""Scrape a server's /metrics over HTTP (httpx), once or every second into metrics.jsonl.
+"""Scrape a server's /metrics over HTTP (`plain_get`), once or every second into metrics.jsonl.
 
 The recorder runs in a thread so that it works beside any replay loop (the driver owns its own
 asyncio loop); each line is `{"t_s": seconds since the recorder started, "counters": {...}}` with
@@ -11,9 +11,8 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import IO
+from typing import IO, TYPE_CHECKING
 
-import httpx
 import orjson
 
 from replay.counters import CANONICAL_COUNTERS, Samples
@@ -21,27 +20,31 @@ from replay.engines.base import EngineAdapter
 from replay.errors import EngineError
 from replay.metrics.counters import counter_deltas
 from replay.metrics.parse import parse_metrics
+from replay.metrics.plain_get import GetError, PlainGetter
+
+if TYPE_CHECKING:
+    import httpx
 
 __all__ = ["fetch_text", "fetch_samples", "MetricsRecorder", "http_client", "delta_counters_fn"]
 
 
-def fetch_text(url: str, *, timeout_s: float = 5.0, client: httpx.Client | None = None) -> str:
+def fetch_text(url: str, *, timeout_s: float = 5.0, client: PlainGetter | None = None) -> str:
     """GET `url` and return its body; any transport error or non-2xx is an EngineError."""
     try:
         if client is None:
-            with http_client(url, timeout_s) as c:
-                r = c.get(url)
+            with PlainGetter(url, timeout_s) as c:
+                status, body = c.get(url)
         else:
-            r = client.get(url, timeout=timeout_s)
-    except httpx.HTTPError as e:
-        raise EngineError(f"{url}: metrics scrape failed: {type(e).__name__}: {e}") from None
-    if r.status_code // 100 != 2:
-        raise EngineError(f"{url}: metrics scrape returned HTTP {r.status_code}")
-    return r.text
+            status, body = client.get(url)
+    except GetError as e:
+        raise EngineError(f"{url}: metrics scrape failed: {e}") from None
+    if status // 100 != 2:
+        raise EngineError(f"{url}: metrics scrape returned HTTP {status}")
+    return body.decode("utf-8", errors="replace")
 
 
 def fetch_samples(
-    url: str, *, timeout_s: float = 5.0, client: httpx.Client | None = None
+    url: str, *, timeout_s: float = 5.0, client: PlainGetter | None = None
 ) -> Samples:
     """Scrape and parse one /metrics page."""
     return parse_metrics(fetch_text(url, timeout_s=timeout_s, client=client), source=url)
@@ -76,7 +79,7 @@ class MetricsRecorder:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._client = http_client(url, timeout_s)
+        self._client = PlainGetter(url, timeout_s)
         self._t0 = time.monotonic()
         self._out: IO[bytes] | None = None
 
@@ -129,8 +132,11 @@ class MetricsRecorder:
 
 
 def http_client(url: str, timeout_s: float) -> httpx.Client:
-    """A client for control-plane calls to `url`. Plain-http URLs skip building a TLS context
-    (~0.1 s per client, which adds up over a sweep's scrapes and probes)."""
+    """An httpx client for the sweep's control-plane calls to `url` (resets, launches, probes).
+    Plain-http URLs skip building a TLS context (~0.1 s per client, which adds up over a sweep's
+    scrapes and probes)."""
+    import httpx  # here, not above: a run's scrapes use `plain_get` and never load httpx
+
     plain = url.startswith("http://")
     return httpx.Client(timeout=timeout_s, verify=not plain)
 

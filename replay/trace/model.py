@@ -89,9 +89,18 @@ class Step:
 class Trace:
     """A validated trace: header, tasks in trace order, each an ordered list of calls."""
 
-    def __init__(self, header: TraceHeader, calls: list[Call], path: str | None = None):
+    def __init__(
+        self,
+        header: TraceHeader,
+        calls: list[Call],
+        path: str | None = None,
+        sha256: str | None = None,
+    ):
         self.header = header
         self.path = path
+        # sha256 of the bytes of `path` as read, when the reader hashed them (the parsed-trace
+        # cache does): a run's provenance then need not read the file again
+        self.sha256 = sha256
         self.calls = calls
         self.tasks: dict[str, list[Call]] = {}
         for c in calls:

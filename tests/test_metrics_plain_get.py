@@ -1,0 +1,74 @@
+"""The control plane's plain GETs (replay/metrics/plain_get.py) over real loopback sockets: a kept
+connection is reused, a connection the server closed is reopened once, failures are one-line
+EngineErrors; a `replay run` does not import httpx for its scrapes and probes."""
+
+from __future__ import annotations
+
+import pytest
+
+from replay.driver.control import is_healthy, served_model
+from replay.errors import EngineError
+from replay.metrics.plain_get import GetError, PlainGetter
+from replay.metrics.scrape import fetch_samples, fetch_text
+from tests.servers import ScriptServer, free_port
+
+PAGE = b'# TYPE m_total counter\nm_total{a="x"} 3\n'
+
+
+def _answer(status: int = 200, body: bytes = PAGE):
+    async def script(ex) -> bool:
+        ex.writer.write(
+            b"HTTP/1.1 %d X\r\ncontent-length: %d\r\n\r\n%s" % (status, len(body), body)
+        )
+        await ex.writer.drain()
+        return True
+
+    return script
+
+
+def test_gets_share_one_kept_connection_and_reopen_a_closed_one():
+    with ScriptServer(_answer()) as srv:
+        url = f"http://127.0.0.1:{srv.port}/metrics?x=1"
+        with PlainGetter(url, 5.0) as g:
+            assert g.get(url) == (200, PAGE)
+            assert g.get(url) == (200, PAGE)
+            assert srv.opened == 1
+            srv.close(0)  # the server ends the kept-alive connection between two GETs
+            assert g.get(url) == (200, PAGE)
+            assert srv.opened == 2
+        assert [ex.path for ex in srv.exchanges] == ["/metrics?x=1"] * 3
+        assert {ex.method for ex in srv.exchanges} == {"GET"}
+        assert fetch_samples(url) == {"m_total": {(("a", "x"),): 3.0}}
+
+
+def test_failures_are_engine_errors_naming_the_url():
+    with ScriptServer(_answer(503, b"busy")) as srv:
+        url = f"http://127.0.0.1:{srv.port}/metrics"
+        with pytest.raises(EngineError, match=r"/metrics: metrics scrape returned HTTP 503$"):
+            fetch_text(url)
+        assert is_healthy(f"http://127.0.0.1:{srv.port}") is False
+
+    async def hang_up(ex) -> bool:
+        return False  # close without an answer
+
+    with ScriptServer(hang_up) as srv:
+        url = f"http://127.0.0.1:{srv.port}/metrics"
+        with pytest.raises(EngineError, match="metrics scrape failed: RemoteDisconnected"):
+            fetch_text(url)
+    refused = f"http://127.0.0.1:{free_port()}/metrics"
+    with pytest.raises(EngineError, match="metrics scrape failed: ConnectionRefusedError"):
+        fetch_text(refused)
+    with pytest.raises(GetError, match="not an http"):
+        PlainGetter("ftp://host/x", 1.0)
+
+
+def test_served_model_and_health_over_plain_gets():
+    body = b'{"object":"list","data":[{"id":"m-1"},{"id":"m-2"}]}'
+    with ScriptServer(_answer(200, body)) as srv:
+        root = f"http://127.0.0.1:{srv.port}"
+        assert served_model(root + "/v1") == "m-1"
+        assert is_healthy(root) is True
+        assert [ex.path for ex in srv.exchanges] == ["/v1/models", "/health"]
+    with ScriptServer(_answer(200, b"not json")) as srv:
+        assert served_model(f"http://127.0.0.1:{srv.port}") is None
+    assert served_model(f"http://127.0.0.1:{free_port()}") is None
