@@ -146,9 +146,10 @@ class DeviceTier:
         if self.grow:
             self._ensure(int(keys.max()))
         res = self._resident[keys]
-        new = keys[~res]
-        old = keys[res]
-        self.acquire(old)
+        new = keys
+        if res.any():  # rare: another request computed some of these blocks meanwhile
+            new = keys[~res]
+            self.acquire(keys[res])
         self._resident[new] = True
         self._refcnt[new] = 1
         self.n_cached += len(new)

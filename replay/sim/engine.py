@@ -206,11 +206,14 @@ class SimEngine:
         if self.pins:
             self._expire_pins(now)
         B = self.B
-        for s in self.running:
-            if s.state == "loading" and s.ready_at <= now:
+        decode: list[Seq] = []
+        for s in self.running:  # one pass: restores that landed, and the decodes
+            state = s.state
+            if state == "decode":
+                decode.append(s)
+            elif state == "loading" and s.ready_at <= now:
                 s.state = "prefill"
         while True:
-            decode = [s for s in self.running if s.state == "decode"]
             # blocks each decode needs for one more token (inlined _blocks_for: a hot path)
             one = [d if (d := -(-(s.kv + 1) // B) - s.held - s.anon) > 0 else 0 for s in decode]
             need = sum(one)
@@ -218,17 +221,19 @@ class SimEngine:
                 break
             if not self._make_room(need):
                 self._preempt(self.running[-1], now)
+                decode = [s for s in self.running if s.state == "decode"]
         if need:
             self._allocate(need, now)
             for s, n in zip(decode, one, strict=True):
                 s.anon += n
         budget = self.cfg.max_num_batched_tokens - len(decode)
-        chunks: list[tuple[Seq, int]] = []
+        chunks = False  # whether a prefill takes a chunk (_mixed_plan lays the chunks out)
         for s in self.running:
-            if s.state == "prefill" and budget > 0:
-                n = min(s.prefill_len - s.computed, budget)
-                chunks.append((s, n))
-                budget -= n
+            if budget <= 0:
+                break
+            if s.state == "prefill":
+                chunks = True
+                budget -= min(s.prefill_len - s.computed, budget)
         while self.waiting and budget > 0 and len(self.running) < self.cfg.max_num_seqs:
             s = self.waiting[0]
             if not self._admit(s, now):
@@ -240,9 +245,8 @@ class SimEngine:
                 s = pinned
             self.waiting.remove(s)
             if s.state == "prefill":
-                n = min(s.prefill_len - s.computed, budget)
-                chunks.append((s, n))
-                budget -= n
+                chunks = True
+                budget -= min(s.prefill_len - s.computed, budget)
         if chunks:
             return self._mixed_plan(now, decode)
         if not decode:
@@ -448,18 +452,19 @@ class SimEngine:
                 for s, n in step:
                     s.computed += n
         B = self.B
-        need = [
-            d if (d := -(-(s.kv + steps) // B) - s.held - s.anon) > 0 else 0 for s in plan.decode
-        ]
-        total = sum(need)
-        if total:
-            self._allocate(total, t_end)
-        for s, n in zip(plan.decode, need, strict=True):
-            s.anon += n
-            s.kv += steps
+        total = 0  # blocks the decodes' new tokens need beyond what they hold
+        for s in plan.decode:
+            kv = s.kv + steps
+            n = -(-kv // B) - s.held - s.anon
+            if n > 0:
+                s.anon += n
+                total += n
+            s.kv = kv
             s.generated += steps
             if s.generated >= s.output_len:
                 done.append(s)
+        if total:  # taken before any prefill completes below, as step-by-step scheduling would
+            self._allocate(total, t_end)
         if plan.chunk_steps is not None:
             for s, _ in plan.chunk_steps[steps - 1]:
                 if s.state == "prefill" and s.computed >= s.prefill_len:
