@@ -359,7 +359,10 @@ class SimEngine:
         m = self.device.match(s.keys[: (L - 1) // self.B])
         hit = s.keys[:m]
         need = -(-L // self.B) - m
-        if need > self.device.n_available - self.device.free_among(hit):
+        avail = self.device.n_available
+        # taking the hit makes its free blocks unevictable; the count is only needed when the
+        # device could fit the request without them (a full device fails on `avail` alone)
+        if need > avail or need > avail - self.device.free_among(hit):
             return False  # waits for blocks to free up (or TTL pins to expire, Continuum-like)
         self.device.acquire(hit)
         pin = self.pins.pop(s.task, None)
