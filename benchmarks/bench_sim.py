@@ -32,6 +32,7 @@ REPEATS = max(3, int(os.environ.get("BENCH_SIM_REPEATS", 3)))
 TIERS_GIB = [float(x) for x in os.environ.get("BENCH_SIM_TIERS", "0,2.5,5,10,20,40").split(",")]
 CONFIG = SimConfig(hardware="h20", model="qwen3-coder-30b-a3b", tp=8, device_kv_gib=8.0)
 FIGURE = Path("results/figures/sim_explainer_eviction.png")
+GOAL_PER_CPU = 5000  # simulated seconds per CPU second, every point
 
 
 def _point(trace, cfg: SimConfig) -> dict:
@@ -53,6 +54,7 @@ def _point(trace, cfg: SimConfig) -> dict:
         "makespan_s": round(makespan, 1),
         "sim_speedup_vs_real": round(makespan / wall, 1),
         "sim_speedup_vs_cpu": round(makespan / cpu, 1),
+        "cpu_ms_per_call": round(1000 * cpu / len(res.rows), 3),
         "load_avg_1m": load_avg_1m(),
         "computed_prefill_tokens": c["computed_prefill_tokens"],
         "host_restore_tokens": c["host_restore_tokens"],
@@ -66,8 +68,8 @@ def _summary(reps: list[dict]) -> dict:
     """One point over its repetitions: the simulated figures (equal in every repetition: same
     seed) and the timings' median, with `median [min-max]` of the speedups and the load."""
     out = dict(reps[0])
-    for key in ("wall_s", "cpu_s", "sim_speedup_vs_real", "sim_speedup_vs_cpu"):
-        sp = spread([r[key] for r in reps], 3 if key.endswith("_s") else 1)
+    for key in ("wall_s", "cpu_s", "cpu_ms_per_call", "sim_speedup_vs_real", "sim_speedup_vs_cpu"):
+        sp = spread([r[key] for r in reps], 1 if key.startswith("sim_") else 3)
         out[key] = sp["median"]
         if key.startswith("sim_"):
             out[f"{key}_spread"] = sp["text"]
@@ -116,6 +118,22 @@ def explainer_figure(path: Path = FIGURE) -> Path:
     return path
 
 
+def goal_line(calls: int, prompt_tokens: int, points: list[dict]) -> str:
+    """The 5,000x check on the paper-scale point, one line per run: every host-tier size must
+    reach it per CPU second (CPU, not wall: on a shared machine wall time counts other jobs)."""
+    worst = min(points, key=lambda p: p["sim_speedup_vs_cpu"])
+    per_tier = ", ".join(
+        f"{p['host_tier_gib']:g} GiB {p['sim_speedup_vs_cpu']:,.0f}x" for p in points
+    )
+    met = "met" if worst["sim_speedup_vs_cpu"] >= GOAL_PER_CPU else "NOT met"
+    return (
+        f"sim goal >= {GOAL_PER_CPU:,}x simulated s per CPU s on the paper-scale point "
+        f"({calls:,} calls, {prompt_tokens / 1e6:.0f}M prompt tokens, pool {POOL}): {met}; "
+        f"worst {worst['sim_speedup_vs_cpu']:,.0f}x at {worst['host_tier_gib']:g} GiB "
+        f"({worst['cpu_ms_per_call']:.3f} ms CPU a call); {per_tier}"
+    )
+
+
 def run() -> dict:
     t0 = time.perf_counter()
     trace = synth("swe-agent", seed=0)
@@ -128,6 +146,7 @@ def run() -> dict:
     worst = min(points, key=lambda p: p["sim_speedup_vs_real"])
     worst_cpu = min(points, key=lambda p: p["sim_speedup_vs_cpu"])
     fig = explainer_figure()
+    print(goal_line(len(trace), trace.prompt_tokens, points), flush=True)
     return {
         "trace": {"calls": len(trace), "prompt_tokens": trace.prompt_tokens, "synth_s": synth_s},
         "pool": POOL,
@@ -145,10 +164,11 @@ def run() -> dict:
         "goal_speedup": 1000,
         "goals": {
             "sim_speedup_vs_real>=1000": worst["sim_speedup_vs_real"] >= 1000,
-            "sim_speedup_vs_real>=5000": worst["sim_speedup_vs_real"] >= 5000,
-            "sim_speedup_vs_cpu>=5000": worst_cpu["sim_speedup_vs_cpu"] >= 5000,
+            "sim_speedup_vs_real>=5000": worst["sim_speedup_vs_real"] >= GOAL_PER_CPU,
+            "sim_speedup_vs_cpu>=5000": worst_cpu["sim_speedup_vs_cpu"] >= GOAL_PER_CPU,
         },
         "goal_wall_s_per_point": 10,
+        "goal_speedup_per_cpu": GOAL_PER_CPU,
         "explainer_figure": str(fig),
     }
 

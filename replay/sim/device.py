@@ -112,8 +112,10 @@ class DeviceTier:
         n = int(np.count_nonzero(was_free))
         if n:
             self.n_free -= n
-            self._prio[keys[was_free]] = -1
-        self._refcnt[keys] = rc + 1
+            # a task's next call usually takes back its whole context, all of it free
+            self._prio[keys if n == len(keys) else keys[was_free]] = -1
+        rc += 1
+        self._refcnt[keys] = rc
 
     def allocate(self, n: int) -> np.ndarray | None:
         """Hold `n` anonymous blocks, evicting free blocks as needed. Returns the evicted keys, or
@@ -144,9 +146,10 @@ class DeviceTier:
         if self.grow:
             self._ensure(int(keys.max()))
         res = self._resident[keys]
-        new = keys[~res]
-        old = keys[res]
-        self.acquire(old)
+        new = keys
+        if res.any():  # rare: another request computed some of these blocks meanwhile
+            new = keys[~res]
+            self.acquire(keys[res])
         self._resident[new] = True
         self._refcnt[new] = 1
         self.n_cached += len(new)
@@ -157,11 +160,13 @@ class DeviceTier:
         eviction queue as one run, tail first."""
         if len(keys) == 0:
             return
-        rc = self._refcnt[keys] - 1
+        rc = self._refcnt[keys]
+        rc -= 1
         if rc.min() < 0:
             raise AssertionError("refcount would go negative")
         self._refcnt[keys] = rc
-        freed = keys[rc == 0][::-1]
+        # usually the last holder lets go of all of them: no mask to gather through
+        freed = keys[::-1] if not rc.any() else keys[rc == 0][::-1]
         if len(freed):
             self._push(freed)
             self.n_free += len(freed)

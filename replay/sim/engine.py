@@ -26,7 +26,7 @@ from itertools import accumulate
 import numpy as np
 
 from replay.counters import CANONICAL_COUNTERS, COMPUTED_PREFILL_TOKENS
-from replay.sim.admission import DeclineReuse, Telemetry, make_admission
+from replay.sim.admission import Admission, DeclineReuse, Telemetry, make_admission
 from replay.sim.cost import CostModel
 from replay.sim.device import DeviceTier
 from replay.sim.fitted_cost import FittedCostModel, load_costs
@@ -131,7 +131,10 @@ class SimEngine:
         has_host = cfg.host_chunks > 0 and self.slots is None
         self.host = HostTier(cfg.host_chunks, grow=False) if has_host else None
         self.admission = make_admission(cfg)
-        self.declines = DeclineReuse(cfg.host_chunks) if self.host is not None else None
+        # `all` and `ttl` (the base class) write every candidate: nothing is ever declined, so
+        # the reuse distances of declined chunks need no bookkeeping (its counters stay 0)
+        declines = self.host is not None and type(self.admission) is not Admission
+        self.declines = DeclineReuse(cfg.host_chunks) if declines else None
         self._rng = np.random.default_rng(cfg.seed) if cfg.jitter > 0 else None
         self.waiting: deque[Seq] = deque()
         self.running: list[Seq] = []
@@ -203,11 +206,14 @@ class SimEngine:
         if self.pins:
             self._expire_pins(now)
         B = self.B
-        for s in self.running:
-            if s.state == "loading" and s.ready_at <= now:
+        decode: list[Seq] = []
+        for s in self.running:  # one pass: restores that landed, and the decodes
+            state = s.state
+            if state == "decode":
+                decode.append(s)
+            elif state == "loading" and s.ready_at <= now:
                 s.state = "prefill"
         while True:
-            decode = [s for s in self.running if s.state == "decode"]
             # blocks each decode needs for one more token (inlined _blocks_for: a hot path)
             one = [d if (d := -(-(s.kv + 1) // B) - s.held - s.anon) > 0 else 0 for s in decode]
             need = sum(one)
@@ -215,17 +221,19 @@ class SimEngine:
                 break
             if not self._make_room(need):
                 self._preempt(self.running[-1], now)
+                decode = [s for s in self.running if s.state == "decode"]
         if need:
             self._allocate(need, now)
             for s, n in zip(decode, one, strict=True):
                 s.anon += n
         budget = self.cfg.max_num_batched_tokens - len(decode)
-        chunks: list[tuple[Seq, int]] = []
+        chunks = False  # whether a prefill takes a chunk (_mixed_plan lays the chunks out)
         for s in self.running:
-            if s.state == "prefill" and budget > 0:
-                n = min(s.prefill_len - s.computed, budget)
-                chunks.append((s, n))
-                budget -= n
+            if budget <= 0:
+                break
+            if s.state == "prefill":
+                chunks = True
+                budget -= min(s.prefill_len - s.computed, budget)
         while self.waiting and budget > 0 and len(self.running) < self.cfg.max_num_seqs:
             s = self.waiting[0]
             if not self._admit(s, now):
@@ -237,9 +245,8 @@ class SimEngine:
                 s = pinned
             self.waiting.remove(s)
             if s.state == "prefill":
-                n = min(s.prefill_len - s.computed, budget)
-                chunks.append((s, n))
-                budget -= n
+                chunks = True
+                budget -= min(s.prefill_len - s.computed, budget)
         if chunks:
             return self._mixed_plan(now, decode)
         if not decode:
@@ -352,7 +359,10 @@ class SimEngine:
         m = self.device.match(s.keys[: (L - 1) // self.B]) if self.cfg.enable_prefix_caching else 0
         hit = s.keys[:m]
         need = -(-L // self.B) - m
-        if need > self.device.n_available - self.device.free_among(hit):
+        avail = self.device.n_available
+        # taking the hit makes its free blocks unevictable; the count is only needed when the
+        # device could fit the request without them (a full device fails on `avail` alone)
+        if need > avail or need > avail - self.device.free_among(hit):
             return False  # waits for blocks to free up (or TTL pins to expire, Continuum-like)
         self.device.acquire(hit)
         pin = self.pins.pop(s.task, None)
@@ -427,8 +437,10 @@ class SimEngine:
 
     def _decide(self, s: Seq, held_tokens: int, chunk_keys: np.ndarray, now: float) -> None:
         """The admission's one decision for `s` (first lookup), on the tier's live telemetry."""
+        if self.declines is None:  # an admission that admits everything: nothing to ask
+            return
         host = self.host
-        assert host is not None and self.declines is not None
+        assert host is not None
         tel = Telemetry(host.size / host.capacity, host.last_evict_at, now)
         s.write_ok = self.admission.admit(s.task, s.prompt_len, held_tokens, now, tel)
         self.declines.reference(chunk_keys)
@@ -443,18 +455,19 @@ class SimEngine:
                 for s, n in step:
                     s.computed += n
         B = self.B
-        need = [
-            d if (d := -(-(s.kv + steps) // B) - s.held - s.anon) > 0 else 0 for s in plan.decode
-        ]
-        total = sum(need)
-        if total:
-            self._allocate(total, t_end)
-        for s, n in zip(plan.decode, need, strict=True):
-            s.anon += n
-            s.kv += steps
+        total = 0  # blocks the decodes' new tokens need beyond what they hold
+        for s in plan.decode:
+            kv = s.kv + steps
+            n = -(-kv // B) - s.held - s.anon
+            if n > 0:
+                s.anon += n
+                total += n
+            s.kv = kv
             s.generated += steps
             if s.generated >= s.output_len:
                 done.append(s)
+        if total:  # taken before any prefill completes below, as step-by-step scheduling would
+            self._allocate(total, t_end)
         if plan.chunk_steps is not None:
             for s, _ in plan.chunk_steps[steps - 1]:
                 if s.state == "prefill" and s.computed >= s.prefill_len:

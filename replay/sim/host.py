@@ -143,18 +143,29 @@ class HostTier:
             if self._run_valid[rid] == 0:
                 runs.popleft()
                 continue
-            end = min(len(keys), cur + max(64, 2 * (need - got)))
-            rest = keys[cur:end]
-            valid = self._stamp[rest] == base + cur + np.arange(len(rest), dtype=np.int64)
-            pos = np.flatnonzero(valid)
-            take = pos[: need - got]
-            victims = rest[take]
-            if len(take) < len(pos):
-                run[2] = cur + int(take[-1]) + 1
-            elif end < len(keys):
-                run[2] = end
+            left = len(keys) - cur
+            if self._run_valid[rid] == left:
+                # no stale entry left in this run (the entries before `cur` are all gone): its
+                # next keys are the victims, in order, without checking their stamps
+                k = min(need - got, left)
+                victims = keys[cur : cur + k]
+                if k < left:
+                    run[2] = cur + k
+                else:
+                    runs.popleft()
             else:
-                runs.popleft()
+                end = min(len(keys), cur + max(64, 2 * (need - got)))
+                rest = keys[cur:end]
+                valid = self._stamp[rest] == base + cur + np.arange(len(rest), dtype=np.int64)
+                pos = np.flatnonzero(valid)
+                take = pos[: need - got]
+                victims = rest[take]
+                if len(take) < len(pos):
+                    run[2] = cur + int(take[-1]) + 1
+                elif end < len(keys):
+                    run[2] = end
+                else:
+                    runs.popleft()
             if len(victims):
                 self._present[victims] = False
                 self._stamp[victims] = -1
