@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from replay.clock import VirtualTimeLoop
@@ -266,8 +267,10 @@ class _Pool:
         c = r.call
         req = None
         if c is not None and self._ahead is not None:
-            req = self._prompts.request(c.task, c.index)
-            await self._ahead.until(self.loop, req, r.t_s, self._ahead.build(req))
+            req, built = await self._ahead.make(
+                self.loop, c.prompt_len, r.t_s, partial(self._prompts.request, c.task, c.index)
+            )
+            await self._ahead.until(self.loop, req, r.t_s, built)
         else:
             await sleep_until(self.loop, r.t_s)
         if self.stopping:
@@ -298,11 +301,16 @@ class _Pool:
             if self.stopping:
                 return
             # arrival order within a task is checked by is_open_loop
-            req = self._prompts.request(c.task, c.index)
             if self._ahead is None:
+                req = self._prompts.request(c.task, c.index)
                 self._spawn(self._send_open(req, t_ready, False))
                 continue
-            self._spawn(self._send_open(req, t_ready, self._ahead.build(req)))
+            req, built = await self._ahead.make(
+                self.loop, c.prompt_len, t_ready, partial(self._prompts.request, c.task, c.index)
+            )
+            if self.stopping:
+                return
+            self._spawn(self._send_open(req, t_ready, built))
             # let the sends already due go first: building runs ahead of time, not ahead of them
             await asyncio.sleep(0)
 
