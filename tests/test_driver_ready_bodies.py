@@ -166,25 +166,29 @@ def test_a_build_waits_for_the_sends_due_during_it():
 
 def test_ahead_window_forgets_each_deadline_once_it_is_sent():
     """The deadlines of waiting calls (equal ones included) leave the window's heap when they
-    are sent, so that a long run holds only those still waiting."""
+    are sent or cancelled, so that a long run holds only those still waiting."""
 
     async def main() -> pacing.AheadWindow:
         loop = asyncio.get_running_loop()
         window = pacing.AheadWindow(lambda req: None)
         t = loop.time() + 0.01
+        later = t + 60.0  # never reached: cancelled below
         reqs = [
             CompletionRequest(task=f"t{i}", call=0, prompt=np.arange(3, dtype=np.int32),
                               max_tokens=1)
             for i in range(4)
         ]  # fmt: skip
-        waits = [window.until(loop, r, t + (0.01 if i == 3 else 0.0), False) for i, r in
-                 enumerate(reqs)]  # fmt: skip
-        tasks = [asyncio.ensure_future(w) for w in waits]
+        tasks = [
+            asyncio.ensure_future(window.until(loop, r, later if i == 3 else t, False))
+            for i, r in enumerate(reqs)
+        ]
         await asyncio.sleep(0)
-        assert sorted(window._due) == [t, t, t, t + 0.01]
+        assert sorted(window._due) == [t, t, t, later]
         await asyncio.gather(*tasks[:3])
-        assert window._due == [t + 0.01]
-        await tasks[3]
+        assert window._due == [later]
+        tasks[3].cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await tasks[3]
         return window
 
     window = asyncio.run(main())

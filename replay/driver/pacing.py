@@ -101,7 +101,7 @@ class AheadWindow:
     bytes, and a long run never holds more than a bounded amount of built bodies.
 
     It also knows the deadlines of the calls waiting to be sent (`until`), so that a build runs
-    between sends instead of over one (`make`).
+    between sends instead of over one (`between_sends`, then `make`).
     """
 
     def __init__(self, prepare: Callable[[CompletionRequest], None]) -> None:
@@ -126,21 +126,18 @@ class AheadWindow:
         self.tokens += n
         return True
 
-    async def make(
-        self,
-        loop: asyncio.AbstractEventLoop,
-        tokens: int,
-        t_ready: float,
-        request: Callable[[], CompletionRequest],
-    ) -> tuple[CompletionRequest, bool]:
-        """`request()` (the prompt expanded) and its body built, in a gap between sends.
-
-        `tokens` is the prompt's length as the trace gives it, for the estimate of how long the
-        build takes. Returns the request and whether its body was built (`build`).
-        """
+    def build_wait_s(self, tokens: int) -> float:
+        """How long a build of a `tokens`-token prompt is expected to take (with a margin), for
+        `between_sends`; 0.0 when it is too short to wait for."""
         need_s = tokens * self.build_s_per_token * _BUILD_MARGIN
-        if need_s >= _BUILD_MIN_WAIT_S:
-            await self._between_sends(loop, need_s, t_ready)
+        return need_s if need_s >= _BUILD_MIN_WAIT_S else 0.0
+
+    def make(
+        self, loop: asyncio.AbstractEventLoop, request: Callable[[], CompletionRequest]
+    ) -> tuple[CompletionRequest, bool]:
+        """`request()` (the prompt expanded) and its body built if the window has room (`build`);
+        its measured length feeds the estimate of `build_wait_s`. Returns the request and
+        whether its body was built."""
         t0 = loop.time()
         req = request()
         built = self.build(req)
@@ -151,10 +148,11 @@ class AheadWindow:
             self.build_s_per_token += 0.05 * (per_token - self.build_s_per_token)
         return req, built
 
-    async def _between_sends(
+    async def between_sends(
         self, loop: asyncio.AbstractEventLoop, need_s: float, t_ready: float
     ) -> None:
-        """Wait until no send is due within `need_s`, or until the call's own deadline is near."""
+        """Wait until no send is due within `need_s` (a build's length, `build_wait_s`), or until
+        the deadline `t_ready` of the call whose body is to be built is near."""
         while self._due:
             now = loop.time()
             due = self._due[0]

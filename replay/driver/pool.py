@@ -266,11 +266,13 @@ class _Pool:
         """Send one ready call at its ready time and hand its end back to the rules."""
         c = r.call
         req = None
-        if c is not None and self._ahead is not None:
-            req, built = await self._ahead.make(
-                self.loop, c.prompt_len, r.t_s, partial(self._prompts.request, c.task, c.index)
-            )
-            await self._ahead.until(self.loop, req, r.t_s, built)
+        ahead = self._ahead
+        if c is not None and ahead is not None:
+            need_s = ahead.build_wait_s(c.prompt_len)
+            if need_s:
+                await ahead.between_sends(self.loop, need_s, r.t_s)
+            req, built = ahead.make(self.loop, partial(self._prompts.request, c.task, c.index))
+            await ahead.until(self.loop, req, r.t_s, built)
         else:
             await sleep_until(self.loop, r.t_s)
         if self.stopping:
@@ -305,11 +307,14 @@ class _Pool:
                 req = self._prompts.request(c.task, c.index)
                 self._spawn(self._send_open(req, t_ready, False))
                 continue
-            req, built = await self._ahead.make(
-                self.loop, c.prompt_len, t_ready, partial(self._prompts.request, c.task, c.index)
+            need_s = self._ahead.build_wait_s(c.prompt_len)
+            if need_s:
+                await self._ahead.between_sends(self.loop, need_s, t_ready)
+                if self.stopping:
+                    return
+            req, built = self._ahead.make(
+                self.loop, partial(self._prompts.request, c.task, c.index)
             )
-            if self.stopping:
-                return
             self._spawn(self._send_open(req, t_ready, built))
             # let the sends already due go first: building runs ahead of time, not ahead of them
             await asyncio.sleep(0)
