@@ -108,7 +108,6 @@ class AheadWindow:
         self._prepare = prepare
         self.tokens = 0  # prompt tokens of the bodies built and not yet sent
         self.build_s_per_token = _BUILD_S_PER_TOKEN  # running estimate, from measured builds
-        self.builds_deferred = 0  # builds that waited for a send (for tests and benchmarks)
         self._due: list[float] = []  # heap: deadlines of calls waiting in `until`
         self._sent: dict[float, int] = {}  # deadlines left `until` but still in the heap
 
@@ -158,7 +157,6 @@ class AheadWindow:
             due = self._due[0]
             if due > now + need_s or t_ready - now < need_s + _BUILD_LAST_S:
                 return
-            self.builds_deferred += 1
             await sleep_until(loop, due)
             # the send's task wakes in the next turn: go after it
             await asyncio.sleep(0)
