@@ -19,6 +19,10 @@ Against a zero-latency server in a separate process (benchmarks/zero_server.py),
    as the default transport's short-prompt drift, so that their ratio is measured side by side.
 Every repetition records the load average: with other processes on the machine, drift measures
 the machine as much as the client.
+
+`python -m benchmarks.bench_driver drift` runs only the default transport's drift (3 and 4) in
+the same interleaved repetitions and prints it, without touching results/bench.json: for
+comparing two versions of the driver side by side.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ import dataclasses
 import importlib.util
 import json
 import os
+import sys
 import tempfile
 import threading
 import time
@@ -368,5 +373,30 @@ def _mooncake_summary(reps: dict[str, list[dict]], traces: dict[str, Trace]) -> 
     return out
 
 
+def run_drift() -> dict:
+    """Only the default transport's drift, short prompts and the Mooncake slice, in interleaved
+    repetitions (as in `run`)."""
+    keep_freed_memory()
+    drift_trace = _trace(DRIFT_POOL, 40, 64, 16, 1, lambda r: r.uniform(0.0, 1.0), 3)
+    mooncake = mooncake_traces()
+    forms = [("short", drift_trace)] + list((mooncake or {}).items())
+    reps: dict[str, list[dict]] = {}
+    out: dict = {"repeats": REPEATS, "load_avg_1m_start": load_avg_1m()}
+    with tempfile.TemporaryDirectory() as tmp, ZeroServer(tmp) as srv:
+        for _ in range(REPEATS):
+            for form, trace in forms:
+                if form == "short":
+                    d = _drift_short(srv.url, trace, "asyncio", DEFAULT_TRANSPORT)
+                else:
+                    d = _drift_open(srv.url, trace)
+                reps.setdefault(form, []).append(d)
+    out["short"] = {**_median_rep(reps["short"]), "p99_ms_spread": _p99_spread(reps["short"])}
+    if mooncake is not None:
+        out["drift_mooncake"] = _mooncake_summary(reps, mooncake)
+    out["load_avg_1m_end"] = load_avg_1m()
+    return out
+
+
 if __name__ == "__main__":
-    print(json.dumps(run(), indent=2))
+    drift_only = sys.argv[1:] == ["drift"]
+    print(json.dumps(run_drift() if drift_only else run(), indent=2))

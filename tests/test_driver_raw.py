@@ -20,7 +20,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from replay.driver.http_common import HttpOptions
-from replay.driver.http_raw import RawTransport, _rest
+from replay.driver.http_raw import RawTransport
+from replay.driver.http_raw_conn import _rest
 from replay.errors import RequestFailed
 from replay.protocol import CompletionRequest
 from tests.servers import ScriptServer, sse_body

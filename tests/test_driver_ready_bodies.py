@@ -7,6 +7,7 @@ and whether the body was ready when the call was sent; the server checks what ar
 from __future__ import annotations
 
 import asyncio
+import time
 
 import numpy as np
 import pytest
@@ -126,3 +127,69 @@ def test_ready_bodies_hand_over_the_body_built_at_prepare():
     assert bodies.take(a) == b"".join(body_parts("m", a))
     assert bodies.take(b) == b"".join(body_parts("m", b))  # not prepared: built at the take
     assert built == [0, 1] and len(bodies) == 0
+
+
+def test_a_build_waits_for_the_sends_due_during_it():
+    """Builds of big bodies run between sends, not over them: a burst's bodies, built a lead
+    before their arrival, would be built just as the previous burst is due (2 ms before it),
+    each taking ~10 ms; they wait until that burst has been sent (the build would have held
+    back every send of the burst)."""
+    lead_s = pacing._AHEAD_S
+    rng = np.random.default_rng(7)
+    t1 = 100.5  # the first arrival (a small call) is at 100.0, when the run starts
+    ats = [t1] * 4 + [t1 + lead_s - 0.002] * 4
+    first = Call("a", 0, 0.0, 0, np.arange(10, dtype=np.int32), 10, 2, at_s=100.0)
+    trace = Trace(
+        TraceHeader(vocab_size=1000),
+        [first] + [
+            Call(f"b{i}", 0, 0.0, 0, rng.integers(0, 1000, 20_000, dtype=np.int32), 20_000,
+                 2, at_s=at)
+            for i, at in enumerate(ats)
+        ],
+    )  # fmt: skip
+    with FaultServer() as srv:
+        transport = _watched("raw", srv.url)
+        inner = transport.prepare
+
+        def slow_prepare(request: CompletionRequest) -> None:
+            time.sleep(0.01)  # a build as long as a large imported prompt's on a busy machine
+            inner(request)
+
+        transport.prepare = slow_prepare  # type: ignore[method-assign]
+        result = asyncio.run(replay(trace, transport, RunOptions(pool=8, request_timeout_s=10)))
+    assert result.status == "ok", result.reason
+    last_first_send = max(transport.sent[(f"b{i}", 0)][0] for i in range(4))
+    for t in (f"b{i}" for i in range(4, 8)):
+        assert transport.prepared[(t, 0)] >= last_first_send, t
+        assert transport.sent[(t, 0)][1], t  # still built ahead of its own send
+
+
+def test_ahead_window_forgets_each_deadline_once_it_is_sent():
+    """The deadlines of waiting calls (equal ones included) leave the window's heap when they
+    are sent or cancelled, so that a long run holds only those still waiting."""
+
+    async def main() -> pacing.AheadWindow:
+        loop = asyncio.get_running_loop()
+        window = pacing.AheadWindow(lambda req: None)
+        t = loop.time() + 0.01
+        later = t + 60.0  # never reached: cancelled below
+        reqs = [
+            CompletionRequest(task=f"t{i}", call=0, prompt=np.arange(3, dtype=np.int32),
+                              max_tokens=1)
+            for i in range(4)
+        ]  # fmt: skip
+        tasks = [
+            asyncio.ensure_future(window.until(loop, r, later if i == 3 else t, False))
+            for i, r in enumerate(reqs)
+        ]
+        await asyncio.sleep(0)
+        assert sorted(window._due) == [t, t, t, later]
+        await asyncio.gather(*tasks[:3])
+        assert window._due == [later]
+        tasks[3].cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await tasks[3]
+        return window
+
+    window = asyncio.run(main())
+    assert window._due == [] and window._sent == {}

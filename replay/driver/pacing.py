@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import heapq
 from collections.abc import Callable
 
 from replay.clock import VirtualTimeLoop
@@ -23,6 +24,15 @@ _LAG_PERIOD_S = 0.05  # event-loop lag probe interval (real loops only)
 # (~10 bytes a token: the ids and their JSON); past that a body is built at its send, as before.
 _AHEAD_S = 0.25
 _AHEAD_TOKENS = 8_000_000
+# A body is built in one loop turn: a send due during it waits for the whole build (an imported
+# 14K-token prompt, hash blocks expanded and encoded: ~0.9 ms). So a build that would run into
+# the next send's deadline waits for that send first. Its length is estimated per prompt token,
+# from the builds so far (first guess: an imported prompt's ~60 ns a token), with a margin.
+_BUILD_S_PER_TOKEN = 60e-9
+_BUILD_MARGIN = 1.5
+_BUILD_MIN_WAIT_S = 100e-6  # shorter builds never wait: a tenth of the loop's timer granularity
+_BUILD_MEASURED_TOKENS = 4096  # smaller builds are mostly fixed cost: not counted per token
+_BUILD_LAST_S = 0.02  # waiting stops this long before the call's own deadline: it builds then
 
 
 async def sleep_until(loop: asyncio.AbstractEventLoop, t: float) -> None:
@@ -88,11 +98,18 @@ def make_rate_limiter(
 class AheadWindow:
     """Request bodies built before their deadline through the transport's `prepare`, held while
     their prompt tokens fit under `_AHEAD_TOKENS`: the send at the deadline then only writes
-    bytes, and a long run never holds more than a bounded amount of built bodies."""
+    bytes, and a long run never holds more than a bounded amount of built bodies.
+
+    It also knows the deadlines of the calls waiting to be sent (`until`), so that a build runs
+    between sends instead of over one (`between_sends`, then `make`).
+    """
 
     def __init__(self, prepare: Callable[[CompletionRequest], None]) -> None:
         self._prepare = prepare
         self.tokens = 0  # prompt tokens of the bodies built and not yet sent
+        self.build_s_per_token = _BUILD_S_PER_TOKEN  # running estimate, from measured builds
+        self._due: list[float] = []  # heap: deadlines of calls waiting in `until`
+        self._sent: dict[float, int] = {}  # deadlines left `until` but still in the heap
 
     @property
     def lead_s(self) -> float:
@@ -108,15 +125,66 @@ class AheadWindow:
         self.tokens += n
         return True
 
+    def build_wait_s(self, tokens: int) -> float:
+        """How long a build of a `tokens`-token prompt is expected to take (with a margin), for
+        `between_sends`; 0.0 when it is too short to wait for."""
+        need_s = tokens * self.build_s_per_token * _BUILD_MARGIN
+        return need_s if need_s >= _BUILD_MIN_WAIT_S else 0.0
+
+    def make(
+        self, loop: asyncio.AbstractEventLoop, request: Callable[[], CompletionRequest]
+    ) -> tuple[CompletionRequest, bool]:
+        """`request()` (the prompt expanded) and its body built if the window has room (`build`);
+        its measured length feeds the estimate of `build_wait_s`. Returns the request and
+        whether its body was built."""
+        t0 = loop.time()
+        req = request()
+        built = self.build(req)
+        if built and len(req.prompt) >= _BUILD_MEASURED_TOKENS:
+            # a slow average of the measured cost: one build preempted by another process
+            # moves it a little, not to the preemption
+            per_token = (loop.time() - t0) / len(req.prompt)
+            self.build_s_per_token += 0.05 * (per_token - self.build_s_per_token)
+        return req, built
+
+    async def between_sends(
+        self, loop: asyncio.AbstractEventLoop, need_s: float, t_ready: float
+    ) -> None:
+        """Wait until no send is due within `need_s` (a build's length, `build_wait_s`), or until
+        the deadline `t_ready` of the call whose body is to be built is near."""
+        while self._due:
+            now = loop.time()
+            due = self._due[0]
+            if due > now + need_s or t_ready - now < need_s + _BUILD_LAST_S:
+                return
+            await sleep_until(loop, due)
+            # the send's task wakes in the next turn: go after it
+            await asyncio.sleep(0)
+            if self._due and self._due[0] == due and loop.time() - due > _BUILD_LAST_S:
+                return  # a send that late is stuck behind something else: do not wait on it
+
     async def until(
         self, loop: asyncio.AbstractEventLoop, req: CompletionRequest, t_ready: float, built: bool
     ) -> None:
         """Wait for `req`'s deadline, its body (if `built`) held in the window until then."""
+        heapq.heappush(self._due, t_ready)
         try:
             await sleep_until(loop, t_ready)
         finally:
             if built:
                 self.tokens -= len(req.prompt)
+            self._left(t_ready)
+
+    def _left(self, t_ready: float) -> None:
+        """`t_ready`'s call no longer waits: drop it from the heap (lazily, from the top)."""
+        sent, due = self._sent, self._due
+        sent[t_ready] = sent.get(t_ready, 0) + 1
+        while due and due[0] in sent:
+            t = heapq.heappop(due)
+            if sent[t] == 1:
+                del sent[t]
+            else:
+                sent[t] -= 1
 
 
 async def probe_lag(loop: asyncio.AbstractEventLoop, lags_s: list[float]) -> None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from replay.clock import VirtualTimeLoop
@@ -265,9 +266,13 @@ class _Pool:
         """Send one ready call at its ready time and hand its end back to the rules."""
         c = r.call
         req = None
-        if c is not None and self._ahead is not None:
-            req = self._prompts.request(c.task, c.index)
-            await self._ahead.until(self.loop, req, r.t_s, self._ahead.build(req))
+        ahead = self._ahead
+        if c is not None and ahead is not None:
+            need_s = ahead.build_wait_s(c.prompt_len)
+            if need_s:
+                await ahead.between_sends(self.loop, need_s, r.t_s)
+            req, built = ahead.make(self.loop, partial(self._prompts.request, c.task, c.index))
+            await ahead.until(self.loop, req, r.t_s, built)
         else:
             await sleep_until(self.loop, r.t_s)
         if self.stopping:
@@ -298,11 +303,19 @@ class _Pool:
             if self.stopping:
                 return
             # arrival order within a task is checked by is_open_loop
-            req = self._prompts.request(c.task, c.index)
             if self._ahead is None:
+                req = self._prompts.request(c.task, c.index)
                 self._spawn(self._send_open(req, t_ready, False))
                 continue
-            self._spawn(self._send_open(req, t_ready, self._ahead.build(req)))
+            need_s = self._ahead.build_wait_s(c.prompt_len)
+            if need_s:
+                await self._ahead.between_sends(self.loop, need_s, t_ready)
+                if self.stopping:
+                    return
+            req, built = self._ahead.make(
+                self.loop, partial(self._prompts.request, c.task, c.index)
+            )
+            self._spawn(self._send_open(req, t_ready, built))
             # let the sends already due go first: building runs ahead of time, not ahead of them
             await asyncio.sleep(0)
 
