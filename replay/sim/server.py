@@ -204,12 +204,15 @@ def _usage(seq: Seq) -> dict:
     }
 
 
+SIM_SERVER = web.AppKey("sim", SimServer)
+
+
 def build_app(config: SimConfig) -> web.Application:
     """The aiohttp application; the engine loop starts with the app and stops with it."""
     srv = SimServer(config)
     collector = SimCollector(srv.engine.counters, srv.gauges)
     app = web.Application(client_max_size=MAX_BODY_BYTES, middlewares=[_errors])
-    app["sim"] = srv
+    app[SIM_SERVER] = srv  # for handlers and tests that hold only the app
 
     async def on_startup(app: web.Application) -> None:
         srv.runner.start()
