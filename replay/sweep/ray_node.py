@@ -15,7 +15,6 @@ from typing import Any
 
 from replay.errors import ConfigError
 from replay.sweep.config import Experiment, Point
-from replay.sweep.lifecycle import stop_recorded_server
 from replay.sweep.plan import PlannedRun
 from replay.sweep.results import clear_run_dir, write_bytes_atomic
 from replay.sweep.runner import SweepRunner
@@ -98,6 +97,8 @@ def run_on_node(
         try:
             outcome = runner.run_one(planned)
         except BaseException:
+            from replay.sweep.lifecycle import stop_recorded_server
+
             # cancelled (Ctrl-C on the head), maybe while the run was stopping its server: the
             # server this run recorded is stopped before the task ends, whatever was left
             stop_recorded_server(run_dir, exp.timeouts.stop_grace_s)
