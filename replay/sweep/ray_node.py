@@ -19,7 +19,7 @@ from replay.sweep.plan import PlannedRun
 from replay.sweep.results import clear_run_dir, write_bytes_atomic
 from replay.sweep.runner import SweepRunner
 
-__all__ = ["TOKEN_PREFIX", "node_name", "run_on_node", "pack", "unpack"]
+__all__ = ["TOKEN_PREFIX", "node_name", "run_on_node", "predict_on_node", "pack", "unpack"]
 
 TOKEN_PREFIX = ".ray-token-"
 
@@ -112,6 +112,16 @@ def run_on_node(
     finally:
         if scratch is not None:
             shutil.rmtree(scratch, ignore_errors=True)
+
+
+def predict_on_node(exp: Experiment, trace: Any) -> dict[str, Any]:
+    """The task that computes predictions.json's content for the head to write: the model's
+    passes over the trace are the head's largest piece of work, and here they take a worker
+    slot like a run instead of competing with the runs for the head's CPU."""
+    _interruptible()
+    from replay.sweep.prepare import predictions_doc
+
+    return predictions_doc(trace, exp)
 
 
 def _sees(exp_dir: Path, token: str) -> bool:
