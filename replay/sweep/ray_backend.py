@@ -40,11 +40,16 @@ from replay.sweep.results import clear_run_dir, is_finished, write_json_atomic
 from replay.sweep.run_steps import placeholder
 from replay.sweep.runner import Execute, RunOutcome, SweepRunner, outcome_line
 
-__all__ = ["ray_executor", "require_ray", "INSTALL_HINT"]
+__all__ = ["ray_executor", "require_ray", "start_local", "INSTALL_HINT"]
 
 INSTALL_HINT = "needs the ray package: pip install 'replay[ray]' (or: pip install ray)"
 _PROGRESS_EVERY_S = 5.0
 _LOCAL_OBJECT_STORE_BYTES = 256 * 1024**2  # the runs return a few MiB each; a small store will do
+# A private Ray keeps its idle workers: by default Ray kills a worker idle for 1 s while more
+# workers than CPUs exist (the tracker, workers started for queued tasks), and a replacement
+# pays Python, Ray and the harness's import again, which on a small machine costs as much CPU
+# as a run. The cluster is this sweep's alone and ends with it.
+_LOCAL_SYSTEM_CONFIG = {"idle_worker_killing_time_threshold_ms": 3_600_000}
 
 
 def require_ray(exp: Experiment) -> Any:
@@ -80,18 +85,25 @@ def _connect(ray: Any, exp: Experiment) -> bool:
     address = exp.cluster.address
     try:
         if address == "local":
-            ray.init(
-                num_cpus=exp.cluster.local_cpus or os.cpu_count(),
-                include_dashboard=False,
-                object_store_memory=_LOCAL_OBJECT_STORE_BYTES,
-                log_to_driver=False,
-            )
+            start_local(ray, exp.cluster.local_cpus or os.cpu_count() or 1)
         else:
             ray.init(address=address, log_to_driver=False)
     except (ConnectionError, RuntimeError, ValueError) as e:
         why = f"cannot connect to Ray at {address!r}: {e}".splitlines()[0]
         raise ConfigError(exp.source, "cluster.address", why + "; see docs/cluster.md") from None
     return True
+
+
+def start_local(ray: Any, cpus: int) -> None:
+    """The private Ray of `--ray local`: `cpus` slots on this machine, no dashboard, a small
+    object store, idle workers kept (see _LOCAL_SYSTEM_CONFIG)."""
+    ray.init(
+        num_cpus=cpus,
+        include_dashboard=False,
+        object_store_memory=_LOCAL_OBJECT_STORE_BYTES,
+        log_to_driver=False,
+        _system_config=_LOCAL_SYSTEM_CONFIG,
+    )
 
 
 class _NodeNotReady(Exception):

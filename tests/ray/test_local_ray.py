@@ -8,6 +8,8 @@ import _thread
 import dataclasses
 import os
 import signal
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -153,3 +155,22 @@ def test_predictions_are_computed_on_a_worker_and_equal_the_local_ones(tmp_path,
     result = sweep(dataclasses.replace(local, cluster=cluster), tmp_path / "ray")
     assert [o.status for o in result.outcomes] == ["ok"] * 6
     assert (result.exp_dir / "predictions.json").read_bytes() == want
+
+
+def test_ray_local_starts_its_own_ray_and_equals_the_sequential_sweep(tmp_path, sequential):
+    """`replay sweep --ray local` in a fresh process: the private Ray it starts (two slots, idle
+    workers kept) runs the sweep and ends with it."""
+    exp = experiment(tmp_path, engine="sim-server", name="own")
+    toml = Path(exp.source)
+    toml.write_text(toml.read_text() + "[cluster]\nlocal_cpus = 2\n")
+    code = (
+        "import sys; from replay.cli.main import main; "
+        f"sys.argv = ['replay', 'sweep', {str(toml)!r}, '--ray', 'local', '--results', "
+        f"{str(tmp_path / 'res')!r}]; main()"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    pd.testing.assert_frame_equal(
+        comparable(tmp_path / "res" / "own" / "summary.parquet"),
+        comparable(sequential["sim-server"] / "summary.parquet"),
+    )
