@@ -102,7 +102,7 @@ def start_local(ray: Any, cpus: int) -> None:
         include_dashboard=False,
         object_store_memory=_LOCAL_OBJECT_STORE_BYTES,
         log_to_driver=False,
-        _system_config=_LOCAL_SYSTEM_CONFIG,
+        _system_config=dict(_LOCAL_SYSTEM_CONFIG),  # a copy: Ray adds its defaults to it
     )
 
 
