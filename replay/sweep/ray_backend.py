@@ -34,7 +34,7 @@ from replay.sweep.cluster_plan import Board, run_resources
 from replay.sweep.config import Experiment
 from replay.sweep.plan import PlannedRun
 from replay.sweep.prepare import PREDICTIONS_FILE, predictions_wanted
-from replay.sweep.ray_node import TOKEN_PREFIX, predict_on_node, run_on_node, unpack
+from replay.sweep.ray_node import TOKEN_PREFIX, node_task, unpack
 from replay.sweep.ray_tracker import Tracker
 from replay.sweep.results import clear_run_dir, is_finished, write_json_atomic
 from replay.sweep.run_steps import placeholder
@@ -150,7 +150,7 @@ class _Head:
         # One worker process runs many runs, GPU ones too (Ray's default for GPU tasks is a
         # fresh process each): the engine is a child process that frees its GPU when it stops,
         # and the harness is imported and the node checked once per worker.
-        self.task = ray.remote(max_calls=0)(run_on_node)
+        self.task = ray.remote(max_calls=0)(node_task)
         self.trace_ref = ray.put(self.runner.trace)
         self.board = Board(total=len(todo))
         try:
@@ -177,14 +177,14 @@ class _Head:
     def _submit_predictions(self) -> None:
         """predictions.json as the first task: the longest one, so it starts at once on a slot
         of its own while the others take the runs. It uses the trace and the experiment alone,
-        never a result. On the head itself when no node has a CPU to give it."""
+        never a result. On the head itself when they are off or no node has a CPU to give."""
         if not predictions_wanted(self.exp_dir, force=self.runner.force):
             return
-        if self.ray.cluster_resources().get("CPU", 0) < 1:
-            self.runner.predict()
+        if not self.exp.predict.enabled or self.ray.cluster_resources().get("CPU", 0) < 1:
+            self.runner.predict()  # a file saying predictions are off costs nothing here
             return
-        task = self.ray.remote(predict_on_node).options(num_cpus=1, max_retries=0)
-        self.predicting = task.remote(self.exp, self.trace_ref)
+        task = self.task.options(num_cpus=1, num_gpus=0, max_retries=0)
+        self.predicting = task.remote("predict", self.exp, self.trace_ref)
 
     def _predictions_came(self) -> None:
         ray = self.ray
@@ -212,7 +212,14 @@ class _Head:
         if res:
             options["resources"] = res
         ref = self.task.options(**options).remote(
-            self.exp, self.trace_ref, p.point, p.repeat, str(self.exp_dir), self.token, self.tracker
+            "run",
+            self.exp,
+            self.trace_ref,
+            p.point,
+            p.repeat,
+            str(self.exp_dir),
+            self.token,
+            self.tracker,
         )
         self.refs[ref] = p
         self.board.submitted(p.rel_dir)

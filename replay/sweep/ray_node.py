@@ -10,6 +10,7 @@ import shutil
 import signal
 import tempfile
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +20,15 @@ from replay.sweep.plan import PlannedRun
 from replay.sweep.results import clear_run_dir, write_bytes_atomic
 from replay.sweep.runner import SweepRunner
 
-__all__ = ["TOKEN_PREFIX", "node_name", "run_on_node", "predict_on_node", "pack", "unpack"]
+__all__ = [
+    "TOKEN_PREFIX",
+    "node_name",
+    "node_task",
+    "run_on_node",
+    "predict_on_node",
+    "pack",
+    "unpack",
+]
 
 TOKEN_PREFIX = ".ray-token-"
 
@@ -122,6 +131,16 @@ def predict_on_node(exp: Experiment, trace: Any) -> dict[str, Any]:
     from replay.sweep.prepare import predictions_doc
 
     return predictions_doc(trace, exp)
+
+
+def node_task(kind: str, *args: Any) -> Any:
+    """The one remote function of a sweep: `run` (run_on_node) or `predict` (predict_on_node).
+    One function, so Ray leases the same workers to both: it keeps a leased worker for further
+    tasks of the same function and resources, and with two functions the worker that computed
+    the predictions was handed back while a new one started for the runs, importing the harness
+    again."""
+    kinds: dict[str, Callable[..., Any]] = {"run": run_on_node, "predict": predict_on_node}
+    return kinds[kind](*args)
 
 
 def _sees(exp_dir: Path, token: str) -> bool:
