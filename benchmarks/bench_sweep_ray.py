@@ -1,12 +1,16 @@
 """Sweep benchmark: the quick sweep's wall time run one after another here, beside the same sweep
 as Ray tasks on a private local Ray with two slots (`replay sweep experiments/quick.toml --ray
-local`, `[cluster] local_cpus = 2`), each twice. Ray's start-up is timed apart from the sweeps,
-since a cluster is started once and then runs many sweeps; the first Ray sweep meets workers
-that have not imported the harness yet, the second reuses them.
+local`, `[cluster] local_cpus = 2`). The two are interleaved, round after round, so a change in
+the machine's load hits both; medians are reported with the load average. Each round starts a
+fresh Ray: its first sweep meets workers that have not imported the harness yet, its second
+reuses them. Ray's start-up is timed apart from the sweeps, since a cluster is started once and
+then runs many sweeps.
 
-Where the time goes is measured beside it: the head's predictions (overlapped with the runs on
-Ray), one run's own time, a worker's first import of the harness, and shipping a run directory
-home. Skipped, with a line saying so, when the `ray` extra is not installed (make setup-ray)."""
+CPU time is measured beside the wall time, as it depends less on the load: this process (the
+head), Ray's worker processes (the runs, the predictions) and Ray's own daemons (raylet, GCS),
+from /proc. Where the time goes is measured too: the predictions (a task on Ray), one run, a
+worker's first import of the harness, and shipping a run directory home. Skipped, with a line
+saying so, when the `ray` extra is not installed (make setup-ray)."""
 
 from __future__ import annotations
 
@@ -15,28 +19,92 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
+from statistics import median
 
 from benchmarks.common import load_avg_1m, spread
+from benchmarks.proc_tree import _tree_sample
 from replay.sweep.config import load_experiment
 from replay.sweep.plan import plan_runs
+from replay.sweep.ray_backend import start_local
 from replay.sweep.runner import SweepRunner, run_sweep
 
 EXPERIMENT = os.environ.get("BENCH_SWEEP_EXP", "experiments/quick.toml")
 SLOTS = 2
-ROUNDS = 2
+ROUNDS = int(os.environ.get("BENCH_SWEEP_ROUNDS", "3"))
+_SAMPLE_EVERY_S = 0.25
 
 
-def _timed_sweep(exp) -> float:
-    with tempfile.TemporaryDirectory(prefix="bench-sweep-") as root:
+def _is_worker(cmdline: bytes) -> bool:
+    """A Ray worker process: `default_worker.py` until Ray renames it to its task's or actor's
+    name (`ray::IDLE`, `ray::run_on_node`, `ray::Tracker`); the node's agents are named too."""
+    if cmdline.startswith(b"ray::"):
+        return not cmdline.split(b"\0")[0].rstrip().endswith(b"Agent")
+    return b"default_worker.py" in cmdline
+
+
+class _CpuWatch:
+    """CPU seconds spent during a `with` block by this process and by the processes under it,
+    split into Ray workers and Ray's daemons. The tree is sampled in a thread, so a process that
+    ends within the block (the sweep's tracker actor) still counts, less at most one interval."""
+
+    def __init__(self) -> None:
+        self.seen: dict[int, float] = {}
+        self.kinds: dict[int, str] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    def _sample(self) -> None:
+        _tree_sample(os.getpid(), self.seen)
+        for pid in self.seen.keys() - self.kinds.keys():
+            try:
+                cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
+            except OSError:
+                cmd = b""
+            self.kinds[pid] = "workers" if _is_worker(cmd) else "ray_daemons"
+
+    def _loop(self) -> None:
+        while not self._stop.wait(_SAMPLE_EVERY_S):
+            self._sample()
+
+    def __enter__(self) -> _CpuWatch:
+        self._sample()
+        self.before = dict(self.seen)
+        self.head0 = time.process_time()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.head_s = time.process_time() - self.head0
+        self._stop.set()
+        self._thread.join()
+        self._sample()
+
+    def split(self) -> dict[str, float]:
+        out = {"head": self.head_s, "workers": 0.0, "ray_daemons": 0.0}
+        for pid, cpu_s in self.seen.items():
+            if pid != os.getpid():
+                out[self.kinds[pid]] += cpu_s - self.before.get(pid, 0.0)
+        return out
+
+
+def _timed_sweep(exp) -> dict[str, float]:
+    """One sweep into a scratch directory: its wall time and CPU split."""
+    with tempfile.TemporaryDirectory(prefix="bench-sweep-") as root, _CpuWatch() as cpu:
         t0 = time.perf_counter()
         result = run_sweep(exp, results_root=root, echo=lambda s: None)
         wall_s = time.perf_counter() - t0
     bad = [o for o in result.outcomes if o.status != "ok"]
     if bad:
         raise RuntimeError(f"{bad[0].rel_dir}: {bad[0].status} ({bad[0].reason})")
-    return wall_s
+    return {"wall": wall_s, **cpu.split()}
+
+
+def _medians(sweeps: list[dict[str, float]]) -> dict[str, float]:
+    """The CPU split's medians, key by key."""
+    return {k: round(median(s[k] for s in sweeps), 2) for k in ("head", "workers", "ray_daemons")}
 
 
 def _breakdown(exp) -> dict:
@@ -66,10 +134,13 @@ def _breakdown(exp) -> dict:
         out["ship_one_run_s"] = round(time.perf_counter() - t0, 3)
         out["ship_one_run_bytes"] = sum(len(b) for b in files.values())
     # what a fresh worker pays once before its first run
-    code = "import time; t = time.perf_counter(); import replay.sweep.ray_node; "
-    code += "print(time.perf_counter() - t)"
+    code = "import time; t, c = time.perf_counter(), time.process_time(); "
+    code += "import replay.sweep.ray_node; "
+    code += "print(time.perf_counter() - t, time.process_time() - c)"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    out["worker_first_import_s"] = round(float(done.stdout.strip()), 2)
+    wall_s, cpu_s = (float(v) for v in done.stdout.split())
+    out["worker_first_import_s"] = round(wall_s, 2)
+    out["worker_first_import_cpu_s"] = round(cpu_s, 2)
     return out
 
 
@@ -81,34 +152,48 @@ def run() -> dict:
         print(f"[bench_sweep_ray] {line}")
         return {"skipped": line}
     exp = load_experiment(EXPERIMENT)
+    cluster = dataclasses.replace(exp.cluster, backend="ray", address="local")
+    on_ray = dataclasses.replace(exp, cluster=cluster)
     runs = len(exp.points()) * exp.repeats
     load_before = load_avg_1m()
-    sequential_s = [_timed_sweep(exp) for _ in range(ROUNDS)]
-    t0 = time.perf_counter()
-    ray.init(
-        num_cpus=SLOTS,
-        include_dashboard=False,
-        log_to_driver=False,
-        object_store_memory=256 * 1024**2,
-    )
-    start_s = time.perf_counter() - t0
-    try:
-        cluster = dataclasses.replace(exp.cluster, backend="ray", address="local")
-        ray_s = [_timed_sweep(dataclasses.replace(exp, cluster=cluster)) for _ in range(ROUNDS)]
-    finally:
-        ray.shutdown()
-    seq = spread(sequential_s)
+    sequential, fresh, warm, start_s, loads = [], [], [], [], []
+    for _ in range(ROUNDS):
+        sequential.append(_timed_sweep(exp))
+        t0 = time.perf_counter()
+        start_local(ray, SLOTS)  # what `--ray local` starts, timed apart
+        start_s.append(time.perf_counter() - t0)
+        try:
+            fresh.append(_timed_sweep(on_ray))
+            warm.append(_timed_sweep(on_ray))
+        finally:
+            ray.shutdown()
+        loads.append(load_avg_1m())
+    seq = spread([s["wall"] for s in sequential])
+    fresh_s = spread([s["wall"] for s in fresh])
+    warm_s = spread([s["wall"] for s in warm])
+    start = spread(start_s)
     return {
         "experiment": EXPERIMENT,
         "runs": runs,
         "cpus": os.cpu_count(),
+        "rounds": ROUNDS,
         "load_avg_1m": [load_before, load_avg_1m()],
+        "load_avg_1m_per_round": loads,
         "sequential_wall_s": seq,
         "ray_local_slots": SLOTS,
-        "ray_start_s": round(start_s, 2),
-        "ray_sweep_wall_s": [round(s, 2) for s in ray_s],  # first: workers not yet warm
-        "speedup": round(seq["median"] / ray_s[0], 2),
-        "speedup_warm_workers": round(seq["median"] / ray_s[-1], 2),
-        "speedup_with_start": round(seq["median"] / (ray_s[0] + start_s), 2),
+        "ray_start_s": start["median"],
+        "ray_fresh_wall_s": fresh_s,
+        "ray_warm_wall_s": warm_s,
+        # medians: first with workers not yet warm, then with warm ones
+        "ray_sweep_wall_s": [fresh_s["median"], warm_s["median"]],
+        "speedup": round(seq["median"] / fresh_s["median"], 2),
+        "speedup_warm_workers": round(seq["median"] / warm_s["median"], 2),
+        "speedup_with_start": round(seq["median"] / (fresh_s["median"] + start["median"]), 2),
+        # CPU seconds per sweep (medians): the head, Ray's workers, Ray's daemons
+        "cpu_s": {
+            "sequential": _medians(sequential),
+            "ray_fresh": _medians(fresh),
+            "ray_warm": _medians(warm),
+        },
         "breakdown": _breakdown(exp),
     }

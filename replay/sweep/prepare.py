@@ -14,8 +14,17 @@ from replay.errors import ConfigError, ReplayError
 from replay.sweep.config import Experiment, Point
 from replay.sweep.results import write_bytes_atomic, write_json_atomic
 
-__all__ = ["load_trace", "keep_experiment_file", "write_predictions", "prediction_inputs"]
+__all__ = [
+    "load_trace",
+    "keep_experiment_file",
+    "write_predictions",
+    "predictions_wanted",
+    "predictions_doc",
+    "prediction_inputs",
+    "PREDICTIONS_FILE",
+]
 
+PREDICTIONS_FILE = "predictions.json"
 TIER_KEY = "host_tier_gib"
 GIB = 1 << 30
 
@@ -151,27 +160,38 @@ def _predict_group(
 def write_predictions(trace, exp: Experiment, exp_dir: Path, *, force: bool) -> dict | None:
     """Write predictions.json once, before any run (rewritten only with --force). A group the
     model cannot predict records why instead of failing the sweep."""
-    path = exp_dir / "predictions.json"
-    if path.exists() and not force:
+    if not predictions_wanted(exp_dir, force=force):
         return None
+    doc = predictions_doc(trace, exp)
+    write_json_atomic(exp_dir / PREDICTIONS_FILE, doc)
+    return doc
+
+
+def predictions_wanted(exp_dir: Path, *, force: bool) -> bool:
+    """Whether this sweep writes predictions.json: not there yet, or --force."""
+    return force or not (exp_dir / PREDICTIONS_FILE).exists()
+
+
+def predictions_doc(trace, exp: Experiment) -> dict[str, Any]:
+    """predictions.json's content, from the trace and the experiment alone (never a result), so
+    any process may compute it: the head of a local sweep, a worker of a sweep on Ray."""
     doc: dict[str, Any] = {"experiment": exp.name, "tier_key": TIER_KEY, "groups": []}
     if not exp.predict.enabled:
         doc["skipped"] = "predict.enabled = false"
-    else:
-        memo: dict[str, dict] = {}
-        for key, points in _groups(exp).items():
-            params = {k: v for k, v in points[0].params if k != TIER_KEY}
-            entry: dict[str, Any] = {
-                "key": key,
-                "params": params,
-                "points": [p.name for p in points],
-            }
-            try:
-                entry.update(_predict_group(trace, exp, points, memo))
-            except ModuleNotFoundError as e:
-                entry["skipped"] = f"model not available: {e.name}"
-            except ReplayError as e:
-                entry["skipped"] = str(e)
-            doc["groups"].append(entry)
-    write_json_atomic(path, doc)
+        return doc
+    memo: dict[str, dict] = {}
+    for key, points in _groups(exp).items():
+        params = {k: v for k, v in points[0].params if k != TIER_KEY}
+        entry: dict[str, Any] = {
+            "key": key,
+            "params": params,
+            "points": [p.name for p in points],
+        }
+        try:
+            entry.update(_predict_group(trace, exp, points, memo))
+        except ModuleNotFoundError as e:
+            entry["skipped"] = f"model not available: {e.name}"
+        except ReplayError as e:
+            entry["skipped"] = str(e)
+        doc["groups"].append(entry)
     return doc

@@ -14,8 +14,9 @@ KeyboardInterrupt, so its engine is stopped) and leaves the results resumable.
 
 A node runs the preflight (`replay doctor`'s checks) for a point before its first launch of
 it; a failure stops the sweep with one line naming the node (exit 2), as a local preflight
-does. The head writes the predictions while the first runs start. The task's side is
-replay.sweep.ray_node.
+does. The predictions are a task too, submitted first (the longest piece of work before the
+runs), and the head writes what it returns: the head itself only submits, waits and writes, so
+every slot runs harness work from the start. The task's side is replay.sweep.ray_node.
 """
 
 from __future__ import annotations
@@ -32,13 +33,14 @@ from replay.status import RunStatus
 from replay.sweep.cluster_plan import Board, run_resources
 from replay.sweep.config import Experiment
 from replay.sweep.plan import PlannedRun
-from replay.sweep.ray_node import TOKEN_PREFIX, run_on_node, unpack
+from replay.sweep.prepare import PREDICTIONS_FILE, predictions_wanted
+from replay.sweep.ray_node import TOKEN_PREFIX, node_task, unpack
 from replay.sweep.ray_tracker import Tracker
 from replay.sweep.results import clear_run_dir, is_finished, write_json_atomic
 from replay.sweep.run_steps import placeholder
 from replay.sweep.runner import Execute, RunOutcome, SweepRunner, outcome_line
 
-__all__ = ["ray_executor", "require_ray", "INSTALL_HINT"]
+__all__ = ["ray_executor", "require_ray", "start_local", "INSTALL_HINT"]
 
 INSTALL_HINT = "needs the ray package: pip install 'replay[ray]' (or: pip install ray)"
 _PROGRESS_EVERY_S = 5.0
@@ -78,18 +80,25 @@ def _connect(ray: Any, exp: Experiment) -> bool:
     address = exp.cluster.address
     try:
         if address == "local":
-            ray.init(
-                num_cpus=exp.cluster.local_cpus or os.cpu_count(),
-                include_dashboard=False,
-                object_store_memory=_LOCAL_OBJECT_STORE_BYTES,
-                log_to_driver=False,
-            )
+            start_local(ray, exp.cluster.local_cpus or os.cpu_count() or 1)
         else:
             ray.init(address=address, log_to_driver=False)
     except (ConnectionError, RuntimeError, ValueError) as e:
         why = f"cannot connect to Ray at {address!r}: {e}".splitlines()[0]
         raise ConfigError(exp.source, "cluster.address", why + "; see docs/cluster.md") from None
     return True
+
+
+def start_local(ray: Any, cpus: int) -> None:
+    """The private Ray of `--ray local`: `cpus` slots on this machine, no dashboard, a small
+    object store. Ray's worker pool is left as it is: keeping idle workers (a longer
+    idle_worker_killing_time_threshold_ms) measured slower on the quick sweep."""
+    ray.init(
+        num_cpus=cpus,
+        include_dashboard=False,
+        object_store_memory=_LOCAL_OBJECT_STORE_BYTES,
+        log_to_driver=False,
+    )
 
 
 class _NodeNotReady(Exception):
@@ -108,6 +117,7 @@ class _Head:
         self.refs: dict[Any, PlannedRun] = {}
         self.counted = 0
         self.taking: Any = None  # the tracker's answer on its way
+        self.predicting: Any = None  # the predictions task, until the head has written them
 
     def run(self) -> bool:
         ray = self.ray
@@ -135,15 +145,13 @@ class _Head:
         # One worker process runs many runs, GPU ones too (Ray's default for GPU tasks is a
         # fresh process each): the engine is a child process that frees its GPU when it stops,
         # and the harness is imported and the node checked once per worker.
-        self.task = ray.remote(max_calls=0)(run_on_node)
+        self.task = ray.remote(max_calls=0)(node_task)
         self.trace_ref = ray.put(self.runner.trace)
         self.board = Board(total=len(todo))
         try:
+            self._submit_predictions()
             for p in todo:
                 self._submit(p)
-            # the head's own work overlaps the first runs: the predictions use the trace and
-            # the experiment alone, never a result
-            self.runner.predict()
             self._wait_all()
             return False
         except KeyboardInterrupt:
@@ -161,6 +169,34 @@ class _Head:
             with contextlib.suppress(Exception):
                 ray.kill(self.tracker)
 
+    def _submit_predictions(self) -> None:
+        """predictions.json as the first task: the longest one, so it starts at once on a slot
+        of its own while the others take the runs. It uses the trace and the experiment alone,
+        never a result. On the head itself when they are off or no node has a CPU to give."""
+        if not predictions_wanted(self.exp_dir, force=self.runner.force):
+            return
+        if not self.exp.predict.enabled or self.ray.cluster_resources().get("CPU", 0) < 1:
+            self.runner.predict()  # a file saying predictions are off costs nothing here
+            return
+        task = self.task.options(num_cpus=1, num_gpus=0, max_retries=0)
+        self.predicting = task.remote("predict", self.exp, self.trace_ref)
+
+    def _predictions_came(self) -> None:
+        ray = self.ray
+        from ray.exceptions import TaskCancelledError
+
+        ref, self.predicting = self.predicting, None
+        try:
+            doc = ray.get(ref)
+        except TaskCancelledError:
+            raise KeyboardInterrupt from None
+        except ray.exceptions.RayError:
+            # lost with its node, or the model failed there: again here, as a local sweep
+            # computes them (a failure then stops the sweep with the model's own error)
+            self.runner.predict()
+            return
+        write_json_atomic(self.exp_dir / PREDICTIONS_FILE, doc)
+
     def _submit(self, p: PlannedRun) -> None:
         res = dict(run_resources(self.exp, p.point))
         options: dict[str, Any] = {
@@ -171,7 +207,14 @@ class _Head:
         if res:
             options["resources"] = res
         ref = self.task.options(**options).remote(
-            self.exp, self.trace_ref, p.point, p.repeat, str(self.exp_dir), self.token, self.tracker
+            "run",
+            self.exp,
+            self.trace_ref,
+            p.point,
+            p.repeat,
+            str(self.exp_dir),
+            self.token,
+            self.tracker,
         )
         self.refs[ref] = p
         self.board.submitted(p.rel_dir)
@@ -179,11 +222,17 @@ class _Head:
     def _wait_all(self) -> None:
         ray = self.ray
         last_line, last_at = "", 0.0
-        while self.refs:
-            ready, _ = ray.wait(list(self.refs), num_returns=1, timeout=1.0)
+        while self.refs or self.predicting is not None:
+            waiting = list(self.refs)
+            if self.predicting is not None:
+                waiting.append(self.predicting)
+            ready, _ = ray.wait(waiting, num_returns=1, timeout=1.0)
             self._note_starts()
             for ref in ready:
-                self._collect(ref, self.refs.pop(ref))
+                if ref in self.refs:
+                    self._collect(ref, self.refs.pop(ref))
+                else:
+                    self._predictions_came()
             line = self.board.progress_line(time.monotonic())
             now = time.monotonic()
             if self.refs and line != last_line and now - last_at >= _PROGRESS_EVERY_S:
@@ -257,7 +306,8 @@ class _Head:
         little for them, and write what came back. Runs still unaccounted for get an
         `interrupted` run.json unless the node wrote one, so resume runs them again."""
         ray = self.ray
-        for ref in self.refs:
+        predicting = [] if self.predicting is None else [self.predicting]
+        for ref in [*self.refs, *predicting]:  # the predictions too: a rerun writes them
             with contextlib.suppress(Exception):
                 ray.cancel(ref)
         deadline = time.monotonic() + self.exp.timeouts.stop_grace_s + 5.0

@@ -10,17 +10,25 @@ import shutil
 import signal
 import tempfile
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from replay.errors import ConfigError
 from replay.sweep.config import Experiment, Point
-from replay.sweep.lifecycle import stop_recorded_server
 from replay.sweep.plan import PlannedRun
 from replay.sweep.results import clear_run_dir, write_bytes_atomic
 from replay.sweep.runner import SweepRunner
 
-__all__ = ["TOKEN_PREFIX", "node_name", "run_on_node", "pack", "unpack"]
+__all__ = [
+    "TOKEN_PREFIX",
+    "node_name",
+    "node_task",
+    "run_on_node",
+    "predict_on_node",
+    "pack",
+    "unpack",
+]
 
 TOKEN_PREFIX = ".ray-token-"
 
@@ -98,6 +106,8 @@ def run_on_node(
         try:
             outcome = runner.run_one(planned)
         except BaseException:
+            from replay.sweep.lifecycle import stop_recorded_server
+
             # cancelled (Ctrl-C on the head), maybe while the run was stopping its server: the
             # server this run recorded is stopped before the task ends, whatever was left
             stop_recorded_server(run_dir, exp.timeouts.stop_grace_s)
@@ -111,6 +121,26 @@ def run_on_node(
     finally:
         if scratch is not None:
             shutil.rmtree(scratch, ignore_errors=True)
+
+
+def predict_on_node(exp: Experiment, trace: Any) -> dict[str, Any]:
+    """The task that computes predictions.json's content for the head to write: the model's
+    passes over the trace are the head's largest piece of work, and here they take a worker
+    slot like a run instead of competing with the runs for the head's CPU."""
+    _interruptible()
+    from replay.sweep.prepare import predictions_doc
+
+    return predictions_doc(trace, exp)
+
+
+def node_task(kind: str, *args: Any) -> Any:
+    """The one remote function of a sweep: `run` (run_on_node) or `predict` (predict_on_node).
+    One function, so Ray leases the same workers to both: it keeps a leased worker for further
+    tasks of the same function and resources, and with two functions the worker that computed
+    the predictions was handed back while a new one started for the runs, importing the harness
+    again."""
+    kinds: dict[str, Callable[..., Any]] = {"run": run_on_node, "predict": predict_on_node}
+    return kinds[kind](*args)
 
 
 def _sees(exp_dir: Path, token: str) -> bool:

@@ -17,19 +17,22 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from replay.engines import provenance
 from replay.engines.base import EngineAdapter
 from replay.engines.registry import get_engine
 from replay.errors import EngineError, ReplayError
-from replay.metrics.scrape import MetricsRecorder, fetch_samples
-from replay.metrics.scrape import delta_counters_fn as _end_counters
 from replay.status import RunStatus
 from replay.sweep.config import Experiment
-from replay.sweep.lifecycle import ServerProcess, free_port, log_tail
 from replay.sweep.plan import PlannedRun
 from replay.sweep.results import read_json, write_json_atomic
+
+if TYPE_CHECKING:
+    # Launched servers only, so imported where they are used: a Ray worker running simulator
+    # runs never loads the HTTP client for them.
+    from replay.metrics.scrape import MetricsRecorder
+    from replay.sweep.lifecycle import ServerProcess
 
 __all__ = ["RunOutcome", "RunSteps", "placeholder"]
 
@@ -207,6 +210,8 @@ class RunSteps:
             port = 0  # the server binds a free port itself and announces it
             spec = adapter.launch(options, self.exp.host, port)
         assert spec is not None
+        from replay.sweep.lifecycle import ServerProcess
+
         ready_s = self.exp.timeouts.ready_s or spec.ready_timeout_s
         server = ServerProcess(spec, run_dir / "server.log", self.exp.host, port)
         st.server = server
@@ -223,6 +228,9 @@ class RunSteps:
     ) -> Callable[[], dict[str, Any]] | None:
         """Verify the configuration took effect, warm up and reset, start the scraper; returns
         the end-of-run counter function (None when the server has no metrics)."""
+        from replay.metrics.scrape import MetricsRecorder, fetch_samples
+        from replay.metrics.scrape import delta_counters_fn as _end_counters
+
         assert st.prov is not None
         st.prov["engine_version"] = st.prov.get("engine_version") or provenance.server_version(url)
         metrics_url = url + mapper.metrics_path
@@ -300,6 +308,8 @@ class RunSteps:
             st.recorder.stop()
             st.info["scrape_errors"] = st.recorder.errors
         if st.server is not None:
+            from replay.sweep.lifecycle import log_tail
+
             st.info["exit_code"] = st.server.stop(self.exp.timeouts.stop_grace_s)
             bad = st.status_override is not None or st.result_status not in (RunStatus.OK, None)
             st.info["log_tail"] = log_tail(st.server.log_path, 40) if bad else None
@@ -311,6 +321,8 @@ class RunSteps:
         self._finish_run_json(run_dir, planned, engine, extra)
 
     def _port(self) -> int:
+        from replay.sweep.lifecycle import free_port
+
         return self.exp.port or free_port(self.exp.host)
 
 

@@ -25,9 +25,7 @@ from replay.driver.progress import SweepEta
 from replay.engines.registry import get_engine
 from replay.errors import ReplayError
 from replay.status import RunStatus
-from replay.sweep import control
 from replay.sweep.config import Experiment
-from replay.sweep.lifecycle import stop_leftover_servers
 from replay.sweep.plan import PlannedRun, plan_runs
 from replay.sweep.prepare import keep_experiment_file, load_trace, write_predictions
 from replay.sweep.results import (
@@ -39,7 +37,6 @@ from replay.sweep.results import (
     write_json_atomic,
 )
 from replay.sweep.run_steps import RunOutcome, RunSteps, placeholder
-from replay.sweep.summary import write_summary
 
 __all__ = [
     "RunOutcome",
@@ -146,6 +143,12 @@ class SweepRunner(RunSteps):
         write_predictions(self.trace, self.exp, self.exp_dir, force=self.force)
 
     def _run_locked(self, execute: Execute) -> SweepResult:
+        # imported here, not at the top: a Ray worker imports this module to run one run, and
+        # needs neither the HTTP client (launched servers only) nor pandas (the summary)
+        from replay.sweep import control
+        from replay.sweep.lifecycle import stop_leftover_servers
+        from replay.sweep.summary import write_summary
+
         for pgid in stop_leftover_servers(self.exp_dir, self.exp.timeouts.stop_grace_s):
             self.echo(f"stopped server process group {pgid} left running by an earlier sweep")
         keep_experiment_file(self.exp, self.exp_dir, force=self.force)

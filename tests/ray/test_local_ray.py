@@ -5,10 +5,15 @@ skips finished runs, and Ctrl-C leaves results a rerun completes."""
 from __future__ import annotations
 
 import _thread
+import dataclasses
 import os
 import signal
+import subprocess
+import sys
 import threading
+from pathlib import Path
 
+import orjson
 import pandas as pd
 import pytest
 
@@ -129,3 +134,43 @@ def test_a_node_that_fails_its_preflight_stops_the_sweep_naming_it(tmp_path):
     assert f"on {os.uname().nodename} (ray node {node}): vllm interpreter:" in e.value.why
     assert f"{missing} not found" in e.value.why
     assert not list((tmp_path / "res" / "pf").glob("*/r*/run.json"))
+
+
+def test_predictions_are_computed_on_a_worker_and_equal_the_local_ones(tmp_path, monkeypatch):
+    """The model's predictions are a task: the head only writes what comes back, and the file is
+    byte for byte the one a local sweep writes."""
+    text = experiment(tmp_path, engine="sim", name="pred").source
+    path = tmp_path / "pred.toml"
+    path.write_text(Path(text).read_text().replace("enabled = false", "enabled = true"))
+    local = load_experiment(path)
+    assert local.predict.enabled
+    want = (sweep(local, tmp_path / "local").exp_dir / "predictions.json").read_bytes()
+    assert orjson.loads(want)["groups"][0]["prediction"]  # a real prediction, not a skip
+
+    def on_the_head(*args, **kwargs):
+        raise AssertionError("the head computed the predictions")
+
+    monkeypatch.setattr("replay.sweep.prepare.predictions_doc", on_the_head)
+    cluster = dataclasses.replace(local.cluster, backend="ray")
+    result = sweep(dataclasses.replace(local, cluster=cluster), tmp_path / "ray")
+    assert [o.status for o in result.outcomes] == ["ok"] * 6
+    assert (result.exp_dir / "predictions.json").read_bytes() == want
+
+
+def test_ray_local_starts_its_own_ray_and_equals_the_sequential_sweep(tmp_path, sequential):
+    """`replay sweep --ray local` in a fresh process: the private Ray it starts (two slots, idle
+    workers kept) runs the sweep and ends with it."""
+    exp = experiment(tmp_path, engine="sim-server", name="own")
+    toml = Path(exp.source)
+    toml.write_text(toml.read_text() + "[cluster]\nlocal_cpus = 2\n")
+    code = (
+        "import sys; from replay.cli.main import main; "
+        f"sys.argv = ['replay', 'sweep', {str(toml)!r}, '--ray', 'local', '--results', "
+        f"{str(tmp_path / 'res')!r}]; main()"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    pd.testing.assert_frame_equal(
+        comparable(tmp_path / "res" / "own" / "summary.parquet"),
+        comparable(sequential["sim-server"] / "summary.parquet"),
+    )
