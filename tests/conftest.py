@@ -8,8 +8,13 @@ import shutil
 import tempfile
 
 import pytest
+from hypothesis import settings
 
 from tests.shared_data import require_shared
+
+# No per-example time limit: on a shared 2-core machine a 200 ms deadline fails correct code
+settings.register_profile("replay", deadline=None)
+settings.load_profile("replay")
 
 _MADE_CACHE: str | None = None
 
