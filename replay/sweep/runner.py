@@ -91,6 +91,12 @@ class SweepRunner(RunSteps):
         run_dir = self.exp_dir / planned.rel_dir
         if not self.force and is_finished(run_dir, keep_all_failed=self.keep_all_failed):
             return RunOutcome(planned.rel_dir, "skipped", "finished earlier")
+        # a server this run directory still records outlived the process that ran it (a node
+        # lost mid-run on a cluster, whose run now runs again here): stop it before its record
+        # is cleared, since it may hold the device and would otherwise run on with no owner
+        from replay.sweep.lifecycle import stop_recorded_server
+
+        stop_recorded_server(run_dir, self.exp.timeouts.stop_grace_s)
         clear_run_dir(run_dir)
         engine, options, run = self.exp.resolve(planned.point)
         adapter = get_engine(engine)

@@ -7,12 +7,14 @@ from __future__ import annotations
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import orjson
 import pandas as pd
 import pytest
 
+from replay.sweep.lifecycle import group_alive
 from replay.sweep.runner import run_sweep
 from tests.ray.helpers import OBJECT_STORE_BYTES, comparable, experiment, nodes_of
 
@@ -63,6 +65,16 @@ def test_runs_spread_over_two_nodes_and_equal_the_sequential_sweep(tmp_path, clu
     assert all(n in row for n in set(nodes.values()))
 
 
+def _pgid(record: Path) -> int:
+    """The process group a server.json names (read again while its writer is mid-write)."""
+    for _ in range(100):
+        try:
+            return int(orjson.loads(record.read_bytes())["pgid"])
+        except (orjson.JSONDecodeError, KeyError):
+            time.sleep(0.01)
+    raise AssertionError(f"{record} never held a whole record")
+
+
 def test_a_node_killed_mid_sweep(tmp_path, cluster, sequential):
     """Kill a node while both run a server: that run is lost, runs once more on the other node,
     and the sweep ends with every run ok; a rerun skips them all."""
@@ -71,6 +83,7 @@ def test_a_node_killed_mid_sweep(tmp_path, cluster, sequential):
     exp_dir = tmp_path / "res" / exp.name
     lines: list[str] = []
     killed: list[str] = []
+    servers: list[int] = []  # the process groups of the servers running when the node died
     running = threading.Event()
 
     def echo(line: str) -> None:
@@ -83,6 +96,7 @@ def test_a_node_killed_mid_sweep(tmp_path, cluster, sequential):
                 return
         victim = workers[0]
         killed.append(victim.node_id[:8])
+        servers.extend(_pgid(p) for p in exp_dir.glob("*/r*/server.json"))
         c.remove_node(victim)
 
     t = threading.Thread(target=kill_a_busy_node, daemon=True)
@@ -93,6 +107,8 @@ def test_a_node_killed_mid_sweep(tmp_path, cluster, sequential):
         running.set()
         t.join()
     assert killed, "the sweep ended before a node could be killed"
+    # the lost node's server is stopped too (by the run that ran again), not left an orphan
+    assert len(servers) == 2 and not [g for g in servers if group_alive(g)], servers
     lost = [line for line in lines if "lost with" in line]
     # the run that was running there is named; a task Ray had placed there but not yet started
     # is lost too, with no node to name
