@@ -143,6 +143,23 @@ def test_an_entry_of_other_bytes_or_damaged_is_a_miss(tmp_path):
     assert [e.read_bytes() for e in _entries(d) if e.name.startswith(digest_b)] == [good]
 
 
+def test_an_entry_written_by_other_reader_code_is_a_miss(tmp_path):
+    """Another replay version sharing the cache (other reader or validation code) may have parsed
+    the same bytes differently: its entry is not used, and is replaced by this version's."""
+    path, d = tmp_path / "t.jsonl", tmp_path / "cache"
+    write_trace(_ids_trace(seed=1), path)
+    digest, st = cache.file_sha256(path)
+    ours = cache.reader_fingerprint()
+    assert len(ours) == 64 and ours == cache.reader_fingerprint()
+    other = _ids_trace(seed=2)
+    assert cache.store(other, digest, st.st_size, d)
+    (entry,) = _entries(d)
+    # the same entry as another version's code would write it: only the fingerprint differs
+    entry.write_bytes(entry.read_bytes().replace(ours.encode(), b"f" * 64, 1))
+    _same(read_trace(path, d), read_trace(path))
+    assert ours.encode() in entry.read_bytes()  # rewritten by this version
+
+
 def test_small_traces_and_an_unwritable_cache_read_as_usual(tmp_path):
     small = tmp_path / "small.jsonl"
     trace = _ids_trace()

@@ -6,7 +6,7 @@ a short replay's whole cost; the cached form loads in a few ms plus the hash of 
 never be stale: the name is the digest of the bytes read, a cache file also holds the trace's
 size and digest and is checked against both, and an entry is stored only when the trace file's
 size and mtime are the same after parsing as before hashing (an edit while it was being read
-leaves no entry). Anything unreadable in the cache counts as a miss: the trace is parsed again.
+leaves no entry), and an entry written by other reader code (another replay version) is a miss. Anything unreadable in the cache counts as a miss: the trace is parsed again.
 
 Layout: MAGIC, the metadata's length (8 bytes, little-endian), the metadata (JSON: header, the
 calls without their ids, array lengths), zero padding to 8 bytes, then every call's `append`
@@ -46,6 +46,24 @@ MIN_CACHED_BYTES = 1 << 20
 # the cache stays bounded.
 MAX_CACHE_BYTES = 8 << 30
 _SUFFIX = ".trace-cache"
+# The modules whose code decides what a trace file parses to: an entry written by other code
+# (an older or newer replay sharing the cache) is a miss, so a fix to the reader or its checks
+# is never hidden behind a trace parsed before it.
+_READER_MODULES = ("io", "validate", "fields", "model", "id_arrays", "write", "cache")
+_reader: str | None = None
+
+
+def reader_fingerprint() -> str:
+    """sha256 of the reader's source files (computed once per process)."""
+    global _reader
+    if _reader is None:
+        h = hashlib.sha256()
+        here = Path(__file__).resolve().parent
+        for name in _READER_MODULES:
+            with contextlib.suppress(OSError):
+                h.update((here / f"{name}.py").read_bytes())
+        _reader = h.hexdigest()
+    return _reader
 
 
 def default_cache_dir() -> Path | None:
@@ -103,6 +121,8 @@ def _decode(buf: bytearray, path: Path, sha256: str, size_bytes: int) -> Trace |
     meta = orjson.loads(bytes(buf[at : at + meta_len]))
     if meta["sha256"] != sha256 or meta["size_bytes"] != size_bytes:
         return None
+    if meta.get("reader") != reader_fingerprint():
+        return None  # written by other reader code: parse the trace again
     at = _aligned(at + meta_len)
     header = check_header(meta["header"], str(path))
     id_dtype = np.dtype(meta["append_dtype"])
@@ -151,7 +171,8 @@ def _encode(trace: Trace, sha256: str, size_bytes: int) -> list[bytes]:
         np.ascontiguousarray(c.output, np.int32) for c in trace.calls if c.output is not None
     ]
     meta = orjson.dumps({
-        "sha256": sha256, "size_bytes": size_bytes, "header": header_to_dict(header),
+        "sha256": sha256, "size_bytes": size_bytes, "reader": reader_fingerprint(),
+        "header": header_to_dict(header),
         "append_dtype": id_dtype.str, "append_ids": sum(map(len, appends)),
         "output_ids": sum(map(len, outputs)), "calls": calls,
     })  # fmt: skip
