@@ -3,6 +3,8 @@ simulator, end to end, into a temporary results folder."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import orjson
@@ -38,3 +40,26 @@ def test_quick_experiment_runs_and_the_tier_shows(tmp_path):
     )
     preds = orjson.loads((result.exp_dir / "predictions.json").read_bytes())
     assert preds["groups"] and "prediction" in preds["groups"][0]
+
+
+def test_one_simulator_run_loads_no_http_client_or_pandas(tmp_path):
+    """What a Ray worker does for a run, in a fresh interpreter: `run_one` of a simulator point
+    imports neither httpx (launched servers only) nor pandas (the head's summary), so a worker's
+    first run does not pay for them."""
+    code = (
+        "import sys; from pathlib import Path\n"
+        "from replay.sweep.config import load_experiment\n"
+        "from replay.sweep.plan import plan_runs\n"
+        "from replay.sweep.prepare import load_trace\n"
+        "from replay.sweep.runner import SweepRunner\n"
+        f"exp = load_experiment({str(ROOT / 'experiments' / 'quick.toml')!r})\n"
+        f"r = SweepRunner(exp, force=True, results_root={str(tmp_path)!r}, echo=lambda s: None)\n"
+        "r.trace = load_trace(exp)\n"
+        "print(r.run_one(plan_runs(exp)[0]).status)\n"
+        "print(sorted(m for m in ('httpx', 'pandas') if m in sys.modules))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split("\n")[:2] == ["ok", "[]"], done.stdout

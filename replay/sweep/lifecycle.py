@@ -20,11 +20,8 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
-import httpx
-
 from replay.engines.base import LaunchSpec
 from replay.errors import EngineError
-from replay.metrics.scrape import http_client
 
 __all__ = [
     "ServerProcess",
@@ -187,6 +184,12 @@ class ServerProcess:
                 if time.monotonic() > deadline:
                     raise EngineError(f"server did not announce its port within {timeout_s:g} s")
                 time.sleep(poll_s)
+        # here, not at the top: a run stops a leftover server through this module (run_one) and
+        # a simulator run never needs the HTTP client
+        import httpx
+
+        from replay.metrics.scrape import http_client
+
         url = self.base_url + self.spec.health_path
         with http_client(url, 5.0) as client:
             while True:
