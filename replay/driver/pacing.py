@@ -147,6 +147,20 @@ class AheadWindow:
             self.build_s_per_token += 0.05 * (per_token - self.build_s_per_token)
         return req, built
 
+    async def make_between_sends(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        request: Callable[[], CompletionRequest],
+        prompt_tokens: int,
+        t_ready: float,
+    ) -> tuple[CompletionRequest, bool]:
+        """`make`, after waiting (`between_sends`) when a build of `prompt_tokens` is long enough
+        to run into a send due before the call's own deadline `t_ready`."""
+        need_s = self.build_wait_s(prompt_tokens)
+        if need_s:
+            await self.between_sends(loop, need_s, t_ready)
+        return self.make(loop, request)
+
     async def between_sends(
         self, loop: asyncio.AbstractEventLoop, need_s: float, t_ready: float
     ) -> None:

@@ -268,10 +268,8 @@ class _Pool:
         req = None
         ahead = self._ahead
         if c is not None and ahead is not None:
-            need_s = ahead.build_wait_s(c.prompt_len)
-            if need_s:
-                await ahead.between_sends(self.loop, need_s, r.t_s)
-            req, built = ahead.make(self.loop, partial(self._prompts.request, c.task, c.index))
+            request = partial(self._prompts.request, c.task, c.index)
+            req, built = await ahead.make_between_sends(self.loop, request, c.prompt_len, r.t_s)
             await ahead.until(self.loop, req, r.t_s, built)
         else:
             await sleep_until(self.loop, r.t_s)
@@ -307,14 +305,14 @@ class _Pool:
                 req = self._prompts.request(c.task, c.index)
                 self._spawn(self._send_open(req, t_ready, False))
                 continue
-            need_s = self._ahead.build_wait_s(c.prompt_len)
-            if need_s:
-                await self._ahead.between_sends(self.loop, need_s, t_ready)
-                if self.stopping:
-                    return
-            req, built = self._ahead.make(
-                self.loop, partial(self._prompts.request, c.task, c.index)
+            request = partial(self._prompts.request, c.task, c.index)
+            req, built = await self._ahead.make_between_sends(
+                self.loop, request, c.prompt_len, t_ready
             )
+            if self.stopping:
+                if built:  # never sent: its tokens leave the window here
+                    self._ahead.tokens -= len(req.prompt)
+                return
             self._spawn(self._send_open(req, t_ready, built))
             # let the sends already due go first: building runs ahead of time, not ahead of them
             await asyncio.sleep(0)
