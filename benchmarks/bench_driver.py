@@ -274,11 +274,7 @@ def run() -> dict:
                 runs.setdefault(key, []).append(c / len(rows))
             forms = [("short", drift_trace)] + list((mooncake or {}).items())
             for form, trace in forms:
-                if form == "short":
-                    d = _drift_short(srv.url, trace, "asyncio", DEFAULT_TRANSPORT)
-                else:
-                    d = _drift_open(srv.url, trace)
-                drift_reps.setdefault(form, []).append(d)
+                drift_reps.setdefault(form, []).append(_drift_form(srv.url, form, trace))
         base = runs["baseline"]
         ratios = {k: [b / v for b, v in zip(base, vs, strict=True)] for k, vs in runs.items()}
         out["load_avg_1m_per_repeat"] = loads
@@ -373,6 +369,14 @@ def _mooncake_summary(reps: dict[str, list[dict]], traces: dict[str, Trace]) -> 
     return out
 
 
+def _drift_form(url: str, form: str, trace: Trace) -> dict:
+    """One drift run: the short-prompt pool over the default transport, or a Mooncake form open
+    loop."""
+    if form == "short":
+        return _drift_short(url, trace, "asyncio", DEFAULT_TRANSPORT)
+    return _drift_open(url, trace)
+
+
 def run_drift() -> dict:
     """Only the default transport's drift, short prompts and the Mooncake slice, in interleaved
     repetitions (as in `run`)."""
@@ -385,11 +389,7 @@ def run_drift() -> dict:
     with tempfile.TemporaryDirectory() as tmp, ZeroServer(tmp) as srv:
         for _ in range(REPEATS):
             for form, trace in forms:
-                if form == "short":
-                    d = _drift_short(srv.url, trace, "asyncio", DEFAULT_TRANSPORT)
-                else:
-                    d = _drift_open(srv.url, trace)
-                reps.setdefault(form, []).append(d)
+                reps.setdefault(form, []).append(_drift_form(srv.url, form, trace))
     out["short"] = {**_median_rep(reps["short"]), "p99_ms_spread": _p99_spread(reps["short"])}
     if mooncake is not None:
         out["drift_mooncake"] = _mooncake_summary(reps, mooncake)

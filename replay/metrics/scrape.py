@@ -20,7 +20,7 @@ from replay.engines.base import EngineAdapter
 from replay.errors import EngineError
 from replay.metrics.counters import counter_deltas
 from replay.metrics.parse import parse_metrics
-from replay.metrics.plain_get import GetError, PlainGetter
+from replay.metrics.plain_get import GetError, PlainGetter, get_once
 
 if TYPE_CHECKING:
     import httpx
@@ -31,11 +31,7 @@ __all__ = ["fetch_text", "fetch_samples", "MetricsRecorder", "http_client", "del
 def fetch_text(url: str, *, timeout_s: float = 5.0, client: PlainGetter | None = None) -> str:
     """GET `url` and return its body; any transport error or non-2xx is an EngineError."""
     try:
-        if client is None:
-            with PlainGetter(url, timeout_s) as c:
-                status, body = c.get(url)
-        else:
-            status, body = client.get(url)
+        status, body = get_once(url, timeout_s) if client is None else client.get(url)
     except GetError as e:
         raise EngineError(f"{url}: metrics scrape failed: {e}") from None
     if status // 100 != 2:
