@@ -42,6 +42,9 @@ class Admission:
     """Base: admit everything. `admit` is asked once per request, at its first lookup."""
 
     name = "all"
+    # whether `admit` or `select` can ever turn a chunk away (the engine keeps the reuse
+    # distances of declined chunks only then)
+    may_decline = False
 
     def admit(
         self, task: str, prompt_tokens: int, held_tokens: int, now: float, tel: Telemetry | None
@@ -57,6 +60,7 @@ class FixedAdmission(Admission):
     """Decline a request with more than kappa new chunks (u = floor(n/b) - floor(h/b))."""
 
     name = "fixed"
+    may_decline = True
 
     def __init__(self, kappa: int, chunk_tokens: int):
         self.kappa = kappa
@@ -136,6 +140,7 @@ class RateAdmission(Admission):
     """Token bucket: `rate_bytes_s` refill, one second of burst; chunks written while budget lasts."""
 
     name = "rate"
+    may_decline = True
 
     def __init__(self, rate_bytes_s: float, chunk_bytes: int):
         self.rate = rate_bytes_s

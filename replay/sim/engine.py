@@ -26,7 +26,7 @@ from itertools import accumulate
 import numpy as np
 
 from replay.counters import CANONICAL_COUNTERS, COMPUTED_PREFILL_TOKENS
-from replay.sim.admission import Admission, DeclineReuse, Telemetry, make_admission
+from replay.sim.admission import DeclineReuse, Telemetry, make_admission
 from replay.sim.cost import CostModel
 from replay.sim.device import DeviceTier
 from replay.sim.fitted_cost import FittedCostModel, load_costs
@@ -131,9 +131,9 @@ class SimEngine:
         has_host = cfg.host_chunks > 0 and self.slots is None
         self.host = HostTier(cfg.host_chunks, grow=False) if has_host else None
         self.admission = make_admission(cfg)
-        # `all` and `ttl` (the base class) write every candidate: nothing is ever declined, so
-        # the reuse distances of declined chunks need no bookkeeping (its counters stay 0)
-        declines = self.host is not None and type(self.admission) is not Admission
+        # `all` and `ttl` write every candidate: nothing is ever declined, so the reuse
+        # distances of declined chunks need no bookkeeping (its counters stay 0)
+        declines = self.host is not None and self.admission.may_decline
         self.declines = DeclineReuse(cfg.host_chunks) if declines else None
         self._rng = np.random.default_rng(cfg.seed) if cfg.jitter > 0 else None
         self.waiting: deque[Seq] = deque()
