@@ -72,31 +72,39 @@ class PaperRun:
 
     def turn_gaps(self, **where: Any) -> np.ndarray:
         """Seconds between one task's consecutive sends, over the runs at `where` (calls.jsonl)."""
-        sel = self._where(where)
-        if sel is None:
-            return np.empty(0)
-        gaps = []
-        for run_dir in sel.get("run_dir", []):
-            calls = load_calls(run_dir)
-            if not {"task", "t_send"} <= set(calls.columns):
-                continue
-            for _, t in calls.sort_values("t_send").groupby("task")["t_send"]:
-                gaps.append(np.diff(t.to_numpy(dtype=float)))
-        return np.concatenate(gaps) if gaps else np.empty(0)
+
+        def gaps(calls: pd.DataFrame) -> list[np.ndarray]:
+            by_task = calls.sort_values("t_send").groupby("task")["t_send"]
+            return [np.diff(t.to_numpy(dtype=float)) for _, t in by_task]
+
+        return self._from_calls(where, ("task", "t_send"), gaps)
 
     def first_token_waits(self, **where: Any) -> np.ndarray:
         """Seconds from each call's send to its first token, over the runs at `where`: its wait
         in the engine's queue, its restore and its prefill (calls.jsonl)."""
+
+        def waits(calls: pd.DataFrame) -> list[np.ndarray]:
+            w = (calls["t_first_token"] - calls["t_send"]).to_numpy(dtype=float)
+            return [w[np.isfinite(w)]]
+
+        return self._from_calls(where, ("t_send", "t_first_token"), waits)
+
+    def _from_calls(
+        self,
+        where: dict[str, Any],
+        columns: tuple[str, ...],
+        arrays: Callable[[pd.DataFrame], list[np.ndarray]],
+    ) -> np.ndarray:
+        """`arrays(calls)` of every run at `where` whose calls have `columns`, joined."""
         sel = self._where(where)
         if sel is None:
             return np.empty(0)
-        waits = []
+        out: list[np.ndarray] = []
         for run_dir in sel.get("run_dir", []):
             calls = load_calls(run_dir)
-            if {"t_send", "t_first_token"} <= set(calls.columns):
-                w = (calls["t_first_token"] - calls["t_send"]).to_numpy(dtype=float)
-                waits.append(w[np.isfinite(w)])
-        return np.concatenate(waits) if waits else np.empty(0)
+            if set(columns) <= set(calls.columns):
+                out.extend(arrays(calls))
+        return np.concatenate(out) if out else np.empty(0)
 
     def prediction(self, quantity: str, tier_gib: float, **group: Any) -> float | None:
         p = self.predicted
