@@ -384,14 +384,14 @@ def _content_sha256(trace: Trace) -> str:
 
 
 def _sha256(path: str) -> str | None:
-    h = hashlib.sha256()
+    """The trace file's digest as its reader computes it (None when it cannot be read now)."""
+    from replay.errors import TraceError
+    from replay.trace.cache import file_sha256
+
     try:
-        with open(path, "rb") as f:
-            for block in iter(lambda: f.read(1 << 20), b""):
-                h.update(block)
-    except OSError:
+        return file_sha256(Path(path))[0]
+    except TraceError:
         return None
-    return h.hexdigest()
 
 
 def _versions() -> dict[str, str | None]:
