@@ -15,6 +15,7 @@ import pytest
 from replay.trace import cache
 from replay.trace.io import read_trace, write_trace
 from replay.trace.model import Call, Trace, TraceHeader
+from tests.open_counter import opened_files
 from tests.subprocess_helpers import replay_cli
 
 # enough ids that the file passes MIN_CACHED_BYTES gzipped too (random 5-digit ids)
@@ -226,3 +227,19 @@ def test_a_killed_writers_leftover_goes_after_a_day(tmp_path):
     write_trace(_ids_trace(), path)
     read_trace(path, d)
     assert not old.exists() and fresh.exists() and len(_entries(d)) == 1
+
+
+def test_a_miss_reads_the_file_once_and_a_file_too_large_to_hold_twice(tmp_path, monkeypatch):
+    # the bytes hashed to look the entry up are the bytes parsed: a large trace is not read
+    # from disk twice on its first read; past MAX_HELD_BYTES it is, and parses the same
+    path, d = tmp_path / "t.jsonl.gz", tmp_path / "cache"
+    write_trace(_ids_trace(seed=3), path)
+    with opened_files() as opened:
+        held = read_trace(path, d)
+    assert opened.count(str(path)) == 1
+    assert len(_entries(d)) == 1
+    monkeypatch.setattr(cache, "MAX_HELD_BYTES", path.stat().st_size - 1)
+    with opened_files() as opened:
+        streamed = read_trace(path, tmp_path / "cache2")
+    assert opened.count(str(path)) == 2
+    _same(streamed, held)

@@ -6,7 +6,6 @@ import gzip
 import hashlib
 import json
 import re
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -19,6 +18,7 @@ from replay.trace.importers.efficientagent import prompt_sha256
 from replay.trace.io import read_trace, write_trace
 from replay.trace.model import Trace
 from replay.trace.stats import trace_stats
+from tests.open_counter import opened_files
 from tests.make_efficientagent_fixture import fixture_trace, write_fixture
 from tests.shared_data import SHARED
 
@@ -284,26 +284,12 @@ def test_efficientagent_a_task_file_changed_after_its_manifest_is_refused(tmp_pa
     assert "manifest lists" in ei.value.why
 
 
-_OPENED: list[str] | None = None
-
-
-def _count_opens(event: str, args: tuple) -> None:
-    if _OPENED is not None and event == "open" and isinstance(args[0], str | Path):
-        _OPENED.append(str(args[0]))
-
-
 def test_efficientagent_each_task_file_is_read_once(tmp_path: Path) -> None:
     """The bytes hashed against the manifest are the bytes parsed: one open per task file (seen
     through the interpreter's audit hook), so a large release trace is not read from disk twice."""
-    global _OPENED
     write_fixture(tmp_path)
-    sys.addaudithook(_count_opens)  # cannot be removed: it records only while _OPENED is a list
-    _OPENED = []
-    try:
+    with opened_files() as opened:
         import_trace("efficientagent", [tmp_path])
-        opened = list(_OPENED)
-    finally:
-        _OPENED = None
     tasks = sorted(str(p) for p in tmp_path.glob("*.jsonl.gz"))
     assert len(tasks) == 3
     assert sorted(p for p in opened if p.endswith(".jsonl.gz")) == tasks

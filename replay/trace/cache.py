@@ -35,6 +35,7 @@ __all__ = [
     "MAX_CACHE_BYTES",
     "default_cache_dir",
     "file_sha256",
+    "file_bytes_sha256",
     "load",
     "store",
 ]
@@ -45,6 +46,9 @@ MIN_CACHED_BYTES = 1 << 20
 # Oldest entries (by last use) are removed past this total ($REPLAY_TRACE_CACHE_MAX_BYTES), so
 # the cache stays bounded.
 MAX_CACHE_BYTES = 8 << 30
+# A trace file up to this size is read into memory once, hashed, and parsed from those bytes on a
+# miss (a parsed trace is larger than its file anyway); a larger one is hashed, then read again.
+MAX_HELD_BYTES = 256 << 20
 _SUFFIX = ".trace-cache"
 # The modules whose code decides what a trace file parses to: an entry written by other code
 # (an older or newer replay sharing the cache) is a miss, so a fix to the reader or its checks
@@ -87,6 +91,20 @@ def file_sha256(path: Path) -> tuple[str, os.stat_result]:
     except OSError as e:
         raise TraceError(str(path), None, None, f"cannot open: {e.strerror or e}") from None
     return h.hexdigest(), st
+
+
+def file_bytes_sha256(path: Path) -> tuple[bytes | None, str, os.stat_result]:
+    """(the file's bytes, their sha256 hex, its stat taken before reading). The bytes are None
+    for a file over MAX_HELD_BYTES: it is hashed in blocks instead, not held."""
+    try:
+        st = path.stat()
+        if st.st_size > MAX_HELD_BYTES:
+            return None, file_sha256(path)[0], st
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as e:
+        raise TraceError(str(path), None, None, f"cannot open: {e.strerror or e}") from None
+    return data, hashlib.sha256(data).hexdigest(), st
 
 
 def _entry(cache_dir: Path, sha256: str) -> Path:

@@ -9,6 +9,7 @@ The field rules are in `validate`, the writer in `write` (its names are importab
 from __future__ import annotations
 
 import gzip
+import io
 import json
 import os
 import zlib
@@ -48,12 +49,16 @@ __all__ = [
 _GZIP_MAGIC = b"\x1f\x8b"
 
 
-def _open_lines(path: Path) -> IO[bytes]:
-    """Binary line stream of a plain or gzip file (detected by magic bytes, not by name)."""
-    try:
-        f = open(path, "rb")  # noqa: SIM115 - returned to the caller, closed by its `with`
-    except OSError as e:
-        raise TraceError(str(path), None, None, f"cannot open: {e.strerror or e}") from None
+def _open_lines(path: Path, data: bytes | None = None) -> IO[bytes]:
+    """Binary line stream of a plain or gzip file (detected by magic bytes, not by name); from
+    `data` when the caller already holds the file's bytes."""
+    if data is not None:
+        f: IO[bytes] = io.BytesIO(data)
+    else:
+        try:
+            f = open(path, "rb")  # noqa: SIM115 - returned to the caller, closed by its `with`
+        except OSError as e:
+            raise TraceError(str(path), None, None, f"cannot open: {e.strerror or e}") from None
     magic = f.read(2)
     f.seek(0)
     if magic == _GZIP_MAGIC:
@@ -96,8 +101,8 @@ def _parse_call(raw: bytes, file: str, lineno: int) -> dict:
     return obj
 
 
-def _lines(path: Path, file: str) -> Iterator[tuple[int, bytes]]:
-    with _open_lines(path) as f:
+def _lines(path: Path, file: str, data: bytes | None = None) -> Iterator[tuple[int, bytes]]:
+    with _open_lines(path, data) as f:
         lineno = 0
         try:
             for raw in f:
@@ -120,9 +125,15 @@ def iter_calls(path: str | os.PathLike) -> Iterator[tuple[TraceHeader, Call | No
 
     Checks that need the whole file (dependencies, cycles, tail gaps) are done by `read_trace`.
     """
+    return _iter_calls(path, None)
+
+
+def _iter_calls(
+    path: str | os.PathLike, data: bytes | None
+) -> Iterator[tuple[TraceHeader, Call | None]]:
     p = Path(path)
     file = str(path)
-    it = _lines(p, file)
+    it = _lines(p, file, data)
     first = next(it, None)
     if first is None:
         raise TraceError(file, 1, None, "empty file: expected a header line and calls")
@@ -155,12 +166,15 @@ def read_trace(path: str | os.PathLike, cache_dir: str | os.PathLike | None = No
         raise TraceError(str(path), None, None, f"cannot open: {e.strerror or e}") from None
     if size_bytes < cache.MIN_CACHED_BYTES:
         return _read_parsed(path)
-    sha256, before = cache.file_sha256(p)
+    # the bytes hashed to find the entry are the bytes parsed on a miss: one read of the file
+    # (a file too large to hold is hashed, then read again to parse)
+    data, sha256, before = cache.file_bytes_sha256(p)
     got = cache.load(p, sha256, before.st_size, Path(cache_dir))
     if got is not None:
         got.path = str(path)
         return got
-    trace = _read_parsed(path)
+    trace = _read_parsed(path, data)
+    del data
     after = p.stat()
     # an edit while the file was hashed or parsed: neither the digest nor an entry may stand
     if (after.st_size, after.st_mtime_ns) == (before.st_size, before.st_mtime_ns):
@@ -169,8 +183,8 @@ def read_trace(path: str | os.PathLike, cache_dir: str | os.PathLike | None = No
     return trace
 
 
-def _read_parsed(path: str | os.PathLike) -> Trace:
-    stream = iter_calls(path)
+def _read_parsed(path: str | os.PathLike, data: bytes | None = None) -> Trace:
+    stream = _iter_calls(path, data)
     head, _ = next(stream)
     calls = [c for _, c in stream if c is not None]
     check_graph(calls, str(path))
