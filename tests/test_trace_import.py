@@ -18,8 +18,8 @@ from replay.trace.importers.efficientagent import prompt_sha256
 from replay.trace.io import read_trace, write_trace
 from replay.trace.model import Trace
 from replay.trace.stats import trace_stats
-from tests.open_counter import opened_files
 from tests.make_efficientagent_fixture import fixture_trace, write_fixture
+from tests.open_counter import opened_files
 from tests.shared_data import SHARED
 
 WEKA = SHARED / "traces" / "weka"
