@@ -2,8 +2,9 @@
 
 A vLLM server launched without `--max-num-batched-tokens` and `--max-num-seqs` does not use one
 budget everywhere: it sizes both from the card it runs on. The EfficientAgent study serves its
-three cards that way (its release's `examples/run_replay.sh` sets neither), so a simulated card
-must follow the same rule to be served as the study served it.
+three cards that way: its release's `examples/run_replay.sh` sets no budget (its README's
+`--max-num-seqs 16` and the seat counts below alike never bind with 16 agents), so a simulated
+card must follow the same rule to be served as the study served it.
 
 The rule, from vLLM 0.13.0 (the study's pinned version), `vllm/engine/arg_utils.py`,
 `EngineArgs.get_batch_defaults` and `_set_default_max_num_seqs_and_batched_tokens_args`, for the

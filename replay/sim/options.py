@@ -58,7 +58,7 @@ class SimConfig:
     max_num_batched_tokens: int = 8192
     # "": the two values above as given; "vllm-0.13.0": both as that vLLM's API server picks them
     # from the card's memory when its flags are unset (replay.sim.batch_defaults), which is how
-    # the EfficientAgent study served each of its cards. The derived values replace the fields.
+    # the EfficientAgent study's budget was set on each card. The derived values replace the fields.
     batch_defaults: str = ""
     efficiency: float = 0.6
     attention_flops: bool = True

@@ -109,10 +109,10 @@ Why some numbers differ (the simulator's assumptions, docs/simulator.md):
   stores cost more time than the restores save. paper-hardware sweeps the tiers below and above
   the working set on each card: the H800 loses only below it; above it offload pays on every
   card, so the study's "slower in every run" is not reproduced. Each card gets the step budget
-  the study's vLLM 0.13.0 gives it, as the release's `examples/run_replay.sh` sets none: 8,192
-  tokens a step on a card of 70 GiB or more that is not an A100, else 2,048, and 1,024 or 256
-  seats (`vllm/engine/arg_utils.py`, `EngineArgs.get_batch_defaults`; the experiments'
-  `batch_defaults = "vllm-0.13.0"`). Only the 24 GB RTX 3090 changes: at 8,192 tokens, as every
+  the study's vLLM 0.13.0 gives it, as the release's `examples/run_replay.sh` sets no budget:
+  8,192 tokens a step on a card of 70 GiB or more that is not an A100, else 2,048
+  (`vllm/engine/arg_utils.py`, `EngineArgs.get_batch_defaults`; the experiments'
+  `batch_defaults = "vllm-0.13.0"`; the seats it sets, 1,024 or 256, never bind with 16 agents). Only the 24 GB RTX 3090 changes: at 8,192 tokens, as every
   card ran before, its offload ratio was 0.35; at 2,048 it is the row's value. A smaller budget
   splits a prefill over more steps but computes the same tokens, so the ratio hardly moves: it
   misses 0.91 for the reason the H20's misses 0.60 (see Makespan: our no-tier run is almost all
