@@ -8,6 +8,7 @@ from typing import Any
 
 import click
 
+from replay.sim.batch_defaults import BATCH_DEFAULTS
 from replay.sim.options import (
     ADMISSIONS,
     DEVICE_EVICTIONS,
@@ -56,6 +57,14 @@ _OPTIONS: list[tuple[str, dict[str, Any]]] = [
     ),
     ("--max-num-seqs", {"type": int, "help": "max running sequences"}),
     ("--max-num-batched-tokens", {"type": int, "help": "token budget per step (chunked prefill)"}),
+    (
+        "--batch-defaults",
+        {
+            "type": click.Choice(sorted(BATCH_DEFAULTS)),
+            "help": "derive the step budget and seats from the card as this vLLM does when its "
+            "flags are unset",
+        },
+    ),
     ("--efficiency", {"type": float, "help": "fraction of peak FLOP/s and bandwidth achieved"}),
     ("--attention-flops/--no-attention-flops", {"default": None, "help": "count attention FLOPs"}),
     ("--step-overhead-s", {"type": float, "help": "fixed cost per engine step, seconds"}),

@@ -12,6 +12,7 @@ from typing import Any
 
 from replay.errors import ConfigError
 from replay.model.presets import GIB, HardwarePreset, ModelPreset, get_hardware, get_model
+from replay.sim.batch_defaults import batch_defaults_for
 
 __all__ = [
     "WRITE_POLICIES",
@@ -55,6 +56,10 @@ class SimConfig:
     enable_prefix_caching: bool = True
     max_num_seqs: int = 256
     max_num_batched_tokens: int = 8192
+    # "": the two values above as given; "vllm-0.13.0": both as that vLLM's API server picks them
+    # from the card's memory when its flags are unset (replay.sim.batch_defaults), which is how
+    # the EfficientAgent study's budget was set on each card. The derived values replace the fields.
+    batch_defaults: str = ""
     efficiency: float = 0.6
     attention_flops: bool = True
     step_overhead_s: float = 0.0
@@ -119,12 +124,39 @@ class SimConfig:
                 "off needs the reference or vllm personality and a write policy other than "
                 "write-back",
             )
+        if self.batch_defaults:
+            self._apply_batch_defaults()  # an unknown rule is a ConfigError listing the valid ones
         if self.costs:
             from replay.sim.fitted_cost import load_costs
 
             load_costs(self.costs)  # a missing or malformed file is a ConfigError naming it
         if self.device_blocks < 1:
             raise bad("device_kv_gib", "holds less than one KV block; make it larger")
+
+    def _apply_batch_defaults(self) -> None:
+        """Replace max_num_batched_tokens and max_num_seqs by the rule's values for the card. A
+        field may hold its class default (not set) or the rule's own value (a recorded config read
+        back); any other value conflicts with the rule and is refused."""
+        derived = dict(
+            zip(
+                ("max_num_batched_tokens", "max_num_seqs"),
+                batch_defaults_for(self.batch_defaults, self.hardware_preset),
+                strict=True,
+            )
+        )
+        for name, value in derived.items():
+            given = getattr(self, name)
+            if given not in (self.__dataclass_fields__[name].default, value):
+                raise self._batch_conflict(name, given, value)
+            object.__setattr__(self, name, value)  # frozen: set once, during construction
+
+    def _batch_conflict(self, name: str, given: int, value: int) -> ConfigError:
+        return ConfigError(
+            "sim options",
+            f"--{name.replace('_', '-')}",
+            f"{given} conflicts with --batch-defaults {self.batch_defaults}, which sets {value} "
+            f"on {self.hardware}; drop one of the two",
+        )
 
     @property
     def model_preset(self) -> ModelPreset:
@@ -160,6 +192,12 @@ class SimConfig:
     @classmethod
     def from_options(cls, **kwargs: Any) -> SimConfig:
         """Build from click keyword arguments: SimConfig fields are taken, others ignored; None means
-        the default."""
+        the default. With --batch-defaults, a budget or seat count given explicitly must be the
+        rule's own value (an explicit value equal to the class default is refused here too)."""
         names = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in kwargs.items() if k in names and v is not None})
+        given = {k: v for k, v in kwargs.items() if k in names and v is not None}
+        config = cls(**given)
+        for name in ("max_num_batched_tokens", "max_num_seqs"):
+            if config.batch_defaults and name in given and given[name] != getattr(config, name):
+                raise config._batch_conflict(name, given[name], getattr(config, name))
+        return config

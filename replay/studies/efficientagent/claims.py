@@ -137,7 +137,8 @@ CLAIMS: tuple[Claim, ...] = (
     Claim("offload_rtx-3090", _HARDWARE, "offload makespan ratio, RTX 3090", 0.91, "ratio", _TALK,
           mo.offload_ratio("rtx-3090"), null=1.0,
           note="best tier above the working set vs no tier; copies cost their bytes and stall "
-          "the engine step (LMCache's synchronous loads and stores)"),
+          "the engine step (LMCache's synchronous loads and stores); the card's step budget is "
+          "vLLM 0.13.0's default for it, 2,048 tokens (8,192 on the H20 and H800)"),
     Claim("offload_h20", _HARDWARE, "offload makespan ratio, H20", 0.60, "ratio", _TALK,
           mo.offload_ratio("h20"), null=1.0),
     Claim("offload_h800", _HARDWARE, "offload on H800: slower in every run by", (0.08, 0.87),

@@ -73,7 +73,10 @@ placeholder and everything after it is computed again, as SWE-agent's history pr
 counts in its traces (`efficientagent/analysis/trace_profile.py`, a next prompt that diverges
 inside the current one). No rate is published: 0.7% is set from the study's share of newly
 computed KV that reappears in the next call (97.3%; 98.0% without edits), an input below. Not
-done: the longest context is ~142K, not the study's ~238K (see Synthetic trace below).
+done: the longest context is ~142K, not the study's ~238K (see Synthetic trace below). Reaching
+it needs the study's recorded traces (the release's replay format, which `replay trace import
+--from efficientagent` reads; none is in this repository) or a published spread of context growth
+across tasks, so that a few tasks can grow faster than the rest without a fitted knob.
 
 Device KV: 6 GiB per rank (262,144 tokens), the smallest the study's own launch starts with: its
 release launches vLLM with `--max-model-len 262144` (README, "Run a replay"), and vLLM refuses to
@@ -105,9 +108,17 @@ Why some numbers differ (the simulator's assumptions, docs/simulator.md):
   restores few, and on the H800, whose compute is fastest against its link, those synchronous
   stores cost more time than the restores save. paper-hardware sweeps the tiers below and above
   the working set on each card: the H800 loses only below it; above it offload pays on every
-  card, so the study's "slower in every run" is not reproduced. Confounds the simulator does not
-  vary: in the study the cards also differ in model, TP, memory fraction and GPU KV size; here
-  only the card's roofline changes.
+  card, so the study's "slower in every run" is not reproduced. Each card gets the step budget
+  the study's vLLM 0.13.0 gives it, as the release's `examples/run_replay.sh` sets no budget:
+  8,192 tokens a step on a card of 70 GiB or more that is not an A100, else 2,048
+  (`vllm/engine/arg_utils.py`, `EngineArgs.get_batch_defaults`; the experiments'
+  `batch_defaults = "vllm-0.13.0"`; the seats it sets, 1,024 or 256, never bind with 16 agents). Only the 24 GB RTX 3090 changes: at 8,192 tokens, as every
+  card ran before, its offload ratio was 0.35; at 2,048 it is the row's value. A smaller budget
+  splits a prefill over more steps but computes the same tokens, so the ratio hardly moves: it
+  misses 0.91 for the reason the H20's misses 0.60 (see Makespan: our no-tier run is almost all
+  recompute). Confounds the simulator does not vary: in the study the cards also differ in
+  model, TP, memory fraction and GPU KV size; here only the card's roofline and its step budget
+  change.
 - **Write admission.** Decided as the release does (see Setup). With 1,024-token chunks a
   task's first call (about 6 chunks) and every later call whose prefix the tier still holds
   (u of 0-1 chunks) are admitted; what `fixed` declines is a call whose prefix the tier lost
@@ -141,7 +152,10 @@ Why some numbers differ (the simulator's assumptions, docs/simulator.md):
   computed prefill falls by ~90% and the median turn to ~1 s. Neither gives both the study's
   pressure and its median turn; what the study's engine spends its time on beyond our roofline
   (decode steps slower than memory bandwidth allows, for one) is not published, so it is not
-  fitted and the row misses.
+  fitted and the row misses. Closing it needs measured step costs of the study's engine
+  (paper-h20-vllm.toml on an H20-class GPU, then `replay calibrate` replaces the roofline with
+  the fitted costs), or the study's recorded traces, whose per-call gaps carry the agents' own
+  time with its tail.
 - **Makespan.** The no-tier run's makespan is set by recompute at 60% of peak, the agents' own
   time between calls being under a second: removing recompute shortens it more than on the
   study's servers, whose makespan ratio at 20 GiB (0.60) includes costs the simulator does not
