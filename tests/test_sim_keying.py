@@ -87,3 +87,22 @@ def test_common_prefix():
     assert common_prefix(a, a[:2]) == 2
     assert common_prefix(a, np.array([], dtype=int)) == 0
     assert common_prefix(a, np.array([7])) == 0
+
+
+def test_token_mix_table_gives_the_direct_mix_for_any_int32_id():
+    """The per-token mix comes from a table grown to the largest id seen; negative ids and ids
+    past the table's limit are mixed directly. Every id must mix exactly as the formula does."""
+    from replay.sim.keying import _TOKEN_MUL
+    from replay.trace.tokens import splitmix64
+
+    k = TaskKeyer(4)
+    batches = [
+        np.array([0, 1, 2, 3, 7, 7, 9, 11], np.int32),  # builds the table
+        np.array([5, 300, 70000, 4], np.int32),  # grows it
+        np.array([-1, 3, -(2**31), 2], np.int32),  # negative ids
+        np.array([2**31 - 1, 1 << 21, 6, 0], np.int32),  # past the table's limit
+    ]
+    for tokens in batches:
+        want = splitmix64(tokens.astype(np.uint64) * _TOKEN_MUL)
+        assert k._token_mix(tokens).tolist() == want.tolist()
+    assert len(k._tokmix) == 70001  # grown to the largest id in range, never to the large ones

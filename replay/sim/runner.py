@@ -1,55 +1,29 @@
-"""Drives a `SimEngine` on a clock: sleeps each planned step, wakes early for arrivals.
+"""Drives a `SimEngine` on a clock: waits out each planned step, wakes early for arrivals.
 
 `LoopSimClock` uses the running loop's time (virtual under `VirtualTimeLoop`, so simulated time
 jumps); `ScaledSimClock` is the HTTP server's: `time_scale` wall seconds per simulated second, or
-as fast as possible at 0. A decode-only stretch is one sleep, cut at the end of the step in progress
+as fast as possible at 0. A decode-only stretch is one wait, cut at the end of the step in progress
 when a request arrives.
+
+The runner is a chain of loop callbacks, not a task: each wait is one timer whose callback runs
+the next part of the loop directly. A task needs a future per wait and a second loop turn to resume
+after its timer fired; a paper-scale run waits ~35,000 times, and the callbacks take ~2.5% fewer
+instructions. An arrival still resumes the runner one loop turn after it. A step's end now runs in
+the turn its timer fires, so when a coroutine's sleep ends at the very same virtual instant the
+step's end goes first (before, both resumed a turn later in timer order); no record changed.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
+from collections.abc import Callable
 
 import numpy as np
 
-from replay.sim.engine import Seq, SimEngine
+from replay.sim.engine import Plan, Seq, SimEngine
 
 __all__ = ["LoopSimClock", "ScaledSimClock", "EngineRunner", "settle"]
-
-
-class _Waker:
-    """A one-shot future the runner awaits; `wake()` resolves it early."""
-
-    def __init__(self) -> None:
-        self.fut: asyncio.Future | None = None
-
-    def wake(self) -> None:
-        f = self.fut
-        if f is not None and not f.done():
-            f.set_result(True)
-
-    async def wait(self, dt_s: float | None, wakeable: bool) -> bool:
-        """Wait `dt_s` (None: until woken); True if `wake()` ended the wait early."""
-        loop = asyncio.get_running_loop()
-        fut = loop.create_future()
-        if wakeable:
-            self.fut = fut
-        handle = None
-        if dt_s is not None:
-            handle = loop.call_later(max(0.0, dt_s), _resolve, fut)
-        try:
-            return bool(await fut)
-        finally:
-            self.fut = None
-            if handle is not None:
-                handle.cancel()
-
-
-def _resolve(fut: asyncio.Future) -> None:
-    if not fut.done():
-        fut.set_result(False)
 
 
 def settle(fut: asyncio.Future, error: BaseException | None = None) -> None:
@@ -68,8 +42,13 @@ class LoopSimClock:
     def now(self) -> float:
         return asyncio.get_running_loop().time()
 
-    async def wait(self, dt_s: float | None, waker: _Waker, wakeable: bool) -> bool:
-        return await waker.wait(dt_s, wakeable)
+    def begin_wait(self, dt_s: float | None, wakeable: bool) -> tuple[float | None, bool]:
+        """Loop seconds to wait for `dt_s` simulated ones (None: until woken), and whether an
+        arrival may cut the wait."""
+        return (None if dt_s is None else max(0.0, dt_s)), wakeable
+
+    def end_wait(self) -> None:
+        pass
 
 
 class ScaledSimClock:
@@ -89,78 +68,123 @@ class ScaledSimClock:
         if self.scale:
             self._sim, self._wall = self.now(), time.monotonic()
 
-    async def wait(self, dt_s: float | None, waker: _Waker, wakeable: bool) -> bool:
+    def begin_wait(self, dt_s: float | None, wakeable: bool) -> tuple[float | None, bool]:
         if self.scale == 0 and dt_s is not None:
             self._sim += max(0.0, dt_s)
-            await asyncio.sleep(0)  # let handlers run; no wall time passes
-            return False
+            return 0.0, False  # one loop turn for the handlers; no wall time passes
         self._rebase()
-        woken = await waker.wait(None if dt_s is None else dt_s * self.scale, wakeable)
+        return (None if dt_s is None else max(0.0, dt_s * self.scale)), wakeable
+
+    def end_wait(self) -> None:
         self._rebase()
-        return woken
 
 
 class EngineRunner:
-    """Runs the engine loop as an asyncio task; `submit` hands it a request."""
+    """Runs the engine loop on the running asyncio loop; `submit` hands it a request."""
 
     def __init__(self, engine: SimEngine, clock: LoopSimClock | ScaledSimClock):
         self.engine = engine
         self.clock = clock
-        self._waker = _Waker()
-        self._task: asyncio.Task | None = None
         self.steps = 0
         self.error: BaseException | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._handle: asyncio.Handle | None = None  # the pending timer or resumption
+        self._then: Callable[[bool], None] | None = None  # what runs when the wait ends
+        self._wakeable = False
+        self._plan: Plan | None = None
+        self._cum = np.empty(0)
+        self._k = 0
 
     def start(self) -> None:
-        if self._task is None:
-            self._task = asyncio.get_running_loop().create_task(self._run())
+        if self._loop is None:
+            self._loop = asyncio.get_running_loop()
+            self._then = self._idle_done
+            self._handle = self._loop.call_soon(self._resume, False)
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        """Stop the loop; re-raise the error that stopped it, if one did."""
+        if self._handle is not None:
+            self._handle.cancel()
+        self._handle = self._then = self._loop = None
+        self._wakeable = False
+        if self.error is not None:
+            raise self.error
 
     def submit(self, seq: Seq) -> None:
         if self.error is not None:
             raise RuntimeError(f"simulator engine failed: {self.error!r}")
         self.engine.submit(seq, self.clock.now())
-        self._waker.wake()
+        if self._wakeable and self._loop is not None:  # cut the wait, one loop turn from now
+            self._wakeable = False
+            if self._handle is not None:
+                self._handle.cancel()
+            self._handle = self._loop.call_soon(self._resume, True)
 
-    async def _run(self) -> None:
+    # -- the loop, one callback per wait ----------------------------------------------------------
+
+    def _wait(self, dt_s: float | None, wakeable: bool, then: Callable[[bool], None]) -> None:
+        """Call `then(woken)` after `dt_s` simulated seconds (None: only when woken), or earlier
+        with woken=True when a submit arrives during a wakeable wait."""
+        delay, self._wakeable = self.clock.begin_wait(dt_s, wakeable)
+        self._then = then
+        assert self._loop is not None
+        self._handle = None if delay is None else self._loop.call_later(delay, self._resume, False)
+
+    def _resume(self, woken: bool) -> None:
+        then = self._then
+        self._handle = self._then = None
+        self._wakeable = False
+        if then is None:
+            return
         try:
-            await self._loop()
-        except asyncio.CancelledError:
-            raise
+            self.clock.end_wait()
+            then(woken)
         except BaseException as e:  # a simulator bug: fail every request instead of hanging them
             self.error = e
             for s in list(self.engine.running) + list(self.engine.waiting):
                 if s.on_fail is not None:
                     s.on_fail(s, e)
-            raise
+            if isinstance(e, KeyboardInterrupt | SystemExit):
+                raise
 
-    async def _loop(self) -> None:
-        eng, clock, waker = self.engine, self.clock, self._waker
-        while True:
-            now = clock.now()
-            plan = eng.schedule(now)
-            if plan is None:
-                t = eng.next_timer()
-                await clock.wait(None if t is None else t - now, waker, True)
-                continue
-            factor = eng.service_factor()
-            cum = plan.cum if factor == 1.0 else plan.cum * factor
-            if plan.interruptible and len(cum) > 1:
-                k = len(cum)
-                if await clock.wait(float(cum[-1]), waker, True):  # an arrival: cut the stretch
-                    elapsed = clock.now() - plan.start
-                    k = int(np.searchsorted(cum, elapsed, side="right"))
-                    if k < len(cum):  # finish the step in progress
-                        await clock.wait(float(cum[k]) - elapsed, waker, False)
-                        k += 1
-            else:
-                await clock.wait(float(cum[-1]), waker, False)
-                k = len(cum)
-            self.steps += k
-            eng.commit(plan, k, plan.start + float(cum[k - 1]))
+    def _idle_done(self, woken: bool) -> None:
+        self._next()
+
+    def _next(self) -> None:
+        eng, clock = self.engine, self.clock
+        now = clock.now()
+        plan = eng.schedule(now)
+        if plan is None:
+            t = eng.next_timer()
+            self._wait(None if t is None else t - now, True, self._idle_done)
+            return
+        factor = eng.service_factor()
+        cum = plan.cum if factor == 1.0 else plan.cum * factor
+        self._plan, self._cum = plan, cum
+        if plan.interruptible and len(cum) > 1:
+            self._wait(float(cum[-1]), True, self._stretch_done)
+        else:
+            self._k = len(cum)
+            self._wait(float(cum[-1]), False, self._ran)
+
+    def _stretch_done(self, woken: bool) -> None:
+        plan, cum = self._plan, self._cum
+        assert plan is not None
+        k = len(cum)
+        if woken:  # an arrival: cut the stretch after the step in progress
+            elapsed = self.clock.now() - plan.start
+            k = int(np.searchsorted(cum, elapsed, side="right"))
+            if k < len(cum):
+                self._k = k + 1
+                self._wait(float(cum[k]) - elapsed, False, self._ran)
+                return
+        self._k = k
+        self._ran(False)
+
+    def _ran(self, woken: bool) -> None:
+        plan, k = self._plan, self._k
+        assert plan is not None
+        self._plan = None
+        self.steps += k
+        self.engine.commit(plan, k, plan.start + float(self._cum[k - 1]))
+        self._next()
