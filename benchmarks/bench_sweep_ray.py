@@ -4,7 +4,9 @@ local`, `[cluster] local_cpus = 2`). The two are interleaved, round after round,
 the machine's load hits both; medians are reported with the load average. Each round starts a
 fresh Ray: its first sweep meets workers that have not imported the harness yet, its second
 reuses them. Ray's start-up is timed apart from the sweeps, since a cluster is started once and
-then runs many sweeps.
+then runs many sweeps. What a user pays for one sweep is measured too, in the same rounds: the
+command `replay sweep FILE` and `replay sweep FILE --ray local` each in a fresh process
+(interpreter, imports, Ray's start and stop, the sweep), wall and CPU of the whole process tree.
 
 CPU time is measured beside the wall time, as it depends less on the load: this process (the
 head), Ray's worker processes (the runs, the predictions) and Ray's own daemons (raylet, GCS),
@@ -25,7 +27,7 @@ from pathlib import Path
 from statistics import median
 
 from benchmarks.common import load_avg_1m, spread
-from benchmarks.proc_tree import _tree_sample
+from benchmarks.proc_tree import _tree_sample, run_measured
 from replay.sweep.config import load_experiment
 from replay.sweep.plan import plan_runs
 from replay.sweep.ray_backend import start_local
@@ -38,8 +40,8 @@ _SAMPLE_EVERY_S = 0.25
 
 
 def _is_worker(cmdline: bytes) -> bool:
-    """A Ray worker process: `default_worker.py` until Ray renames it to its task's or actor's
-    name (`ray::IDLE`, `ray::run_on_node`, `ray::Tracker`); the node's agents are named too."""
+    """A Ray worker process: `default_worker.py` until Ray renames it to its task's name
+    (`ray::IDLE`, `ray::node_task`); the node's agents are named too."""
     if cmdline.startswith(b"ray::"):
         return not cmdline.split(b"\0")[0].rstrip().endswith(b"Agent")
     return b"default_worker.py" in cmdline
@@ -48,7 +50,7 @@ def _is_worker(cmdline: bytes) -> bool:
 class _CpuWatch:
     """CPU seconds spent during a `with` block by this process and by the processes under it,
     split into Ray workers and Ray's daemons. The tree is sampled in a thread, so a process that
-    ends within the block (the sweep's tracker actor) still counts, less at most one interval."""
+    ends within the block (a worker Ray lets go) still counts, less at most one interval."""
 
     def __init__(self) -> None:
         self.seen: dict[int, float] = {}
@@ -100,6 +102,30 @@ def _timed_sweep(exp) -> dict[str, float]:
     if bad:
         raise RuntimeError(f"{bad[0].rel_dir}: {bad[0].status} ({bad[0].reason})")
     return {"wall": wall_s, **cpu.split()}
+
+
+def _command_file(root: Path) -> Path:
+    """The experiment with `[cluster] local_cpus` set to the slots, so `--ray local` starts the
+    same two-slot Ray on any machine."""
+    text = Path(EXPERIMENT).read_text()
+    if "[cluster]" not in text:
+        text += f"\n[cluster]\nlocal_cpus = {SLOTS}\n"
+    path = root / Path(EXPERIMENT).name
+    path.write_text(text)
+    return path
+
+
+def _fresh_command(toml: Path, *extra: str) -> dict[str, float]:
+    """`replay sweep FILE [extra]` in a fresh process, as a user runs it: wall and CPU seconds
+    of the whole process tree (Ray's daemons and workers included)."""
+    with tempfile.TemporaryDirectory(prefix="bench-sweep-") as root:
+        args = ["replay", "sweep", str(toml), "--results", root, *extra]
+        code = f"import sys; from replay.cli.main import main; sys.argv = {args!r}; main()"
+        done = run_measured([sys.executable, "-c", code], log=Path(root) / "log.txt")
+        if done["rc"] != 0:
+            tail = (Path(root) / "log.txt").read_text()[-500:]
+            raise RuntimeError(f"replay sweep {' '.join(extra)}: exit {done['rc']}: {tail}")
+    return {"wall": done["wall_s"], "cpu": done["cpu_s"]}
 
 
 def _medians(sweeps: list[dict[str, float]]) -> dict[str, float]:
@@ -157,7 +183,12 @@ def run() -> dict:
     runs = len(exp.points()) * exp.repeats
     load_before = load_avg_1m()
     sequential, fresh, warm, start_s, loads = [], [], [], [], []
+    commands: dict[str, list[dict[str, float]]] = {"sequential": [], "ray_local": []}
+    scratch = tempfile.TemporaryDirectory(prefix="bench-sweep-")
+    toml = _command_file(Path(scratch.name))
     for _ in range(ROUNDS):
+        commands["sequential"].append(_fresh_command(toml))
+        commands["ray_local"].append(_fresh_command(toml, "--ray", "local"))
         sequential.append(_timed_sweep(exp))
         t0 = time.perf_counter()
         start_local(ray, SLOTS)  # what `--ray local` starts, timed apart
@@ -168,6 +199,8 @@ def run() -> dict:
         finally:
             ray.shutdown()
         loads.append(load_avg_1m())
+    scratch.cleanup()
+    command_wall = {k: spread([c["wall"] for c in v]) for k, v in commands.items()}
     seq = spread([s["wall"] for s in sequential])
     fresh_s = spread([s["wall"] for s in fresh])
     warm_s = spread([s["wall"] for s in warm])
@@ -195,5 +228,11 @@ def run() -> dict:
             "ray_fresh": _medians(fresh),
             "ray_warm": _medians(warm),
         },
+        # what a user pays: the command in a fresh process, Ray's start and stop included
+        "command_wall_s": command_wall,
+        "command_cpu_s": {k: round(median(c["cpu"] for c in v), 2) for k, v in commands.items()},
+        "speedup_command": round(
+            command_wall["sequential"]["median"] / command_wall["ray_local"]["median"], 2
+        ),
         "breakdown": _breakdown(exp),
     }

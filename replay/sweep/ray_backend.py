@@ -35,7 +35,7 @@ from replay.sweep.config import Experiment
 from replay.sweep.plan import PlannedRun
 from replay.sweep.prepare import PREDICTIONS_FILE, predictions_wanted
 from replay.sweep.ray_node import TOKEN_PREFIX, node_task, unpack
-from replay.sweep.ray_tracker import Tracker
+from replay.sweep.ray_starts import Starts
 from replay.sweep.results import clear_run_dir, is_finished, write_json_atomic
 from replay.sweep.run_steps import placeholder
 from replay.sweep.runner import Execute, RunOutcome, SweepRunner, outcome_line
@@ -116,7 +116,6 @@ class _Head:
         self.token = uuid.uuid4().hex
         self.refs: dict[Any, PlannedRun] = {}
         self.counted = 0
-        self.taking: Any = None  # the tracker's answer on its way
         self.predicting: Any = None  # the predictions task, until the head has written them
 
     def run(self) -> bool:
@@ -134,14 +133,7 @@ class _Head:
             return False
         token_file = self.exp_dir / f"{TOKEN_PREFIX}{self.token}"
         token_file.write_text(self.token)
-        here = ray.get_runtime_context().get_node_id()
-        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
-        self.tracker = (
-            ray.remote(Tracker)
-            .options(num_cpus=0, scheduling_strategy=NodeAffinitySchedulingStrategy(here, False))
-            .remote()
-        )
+        self.starts = Starts(self.token)
         # One worker process runs many runs, GPU ones too (Ray's default for GPU tasks is a
         # fresh process each): the engine is a child process that frees its GPU when it stops,
         # and the harness is imported and the node checked once per worker.
@@ -166,8 +158,7 @@ class _Head:
             raise
         finally:
             token_file.unlink(missing_ok=True)
-            with contextlib.suppress(Exception):
-                ray.kill(self.tracker)
+            self.starts.close()
 
     def _submit_predictions(self) -> None:
         """predictions.json as the first task: the longest one, so it starts at once on a slot
@@ -214,7 +205,6 @@ class _Head:
             p.repeat,
             str(self.exp_dir),
             self.token,
-            self.tracker,
         )
         self.refs[ref] = p
         self.board.submitted(p.rel_dir)
@@ -239,17 +229,10 @@ class _Head:
                 self.runner.echo(line)
                 last_line, last_at = line, now
 
-    def _note_starts(self, wait_s: float = 0.0) -> None:
-        """Read what the tracker heard; by default without waiting for it (it may still be
-        starting), so progress never holds up the results."""
-        with contextlib.suppress(Exception):  # progress only: never fails the sweep
-            if self.taking is None:
-                self.taking = self.tracker.take.remote()
-            ready, _ = self.ray.wait([self.taking], timeout=wait_s)
-            if ready:
-                taken, self.taking = self.ray.get(self.taking), None
-                for key, node in taken:
-                    self.board.started(key, node, time.monotonic())
+    def _note_starts(self) -> None:
+        """The nodes of the runs that started since last asked (progress and naming only)."""
+        for key, node in self.starts.take():
+            self.board.started(key, node, time.monotonic())
 
     def _collect(self, ref: Any, p: PlannedRun) -> None:
         ray = self.ray
@@ -269,8 +252,7 @@ class _Head:
             self._outcome(RunOutcome(p.rel_dir, RunStatus.FAILED, reason))
             return
         except ray.exceptions.RayError as e:
-            for _ in range(2):  # the answer on its way, then one asked now: the latest starts
-                self._note_starts(wait_s=5.0)
+            self._note_starts()  # the task recorded its node before its run began
             again, node = self.board.lost(p.rel_dir)
             where = node or "a node that never reported"
             if again:

@@ -5,7 +5,6 @@ ships the run directory home when the node does not see the results directory.
 
 from __future__ import annotations
 
-import contextlib
 import shutil
 import signal
 import tempfile
@@ -17,6 +16,7 @@ from typing import Any
 from replay.errors import ConfigError
 from replay.sweep.config import Experiment, Point
 from replay.sweep.plan import PlannedRun
+from replay.sweep.ray_starts import record_start
 from replay.sweep.results import clear_run_dir, write_bytes_atomic
 from replay.sweep.runner import SweepRunner
 
@@ -76,7 +76,6 @@ def run_on_node(
     repeat: int,
     exp_dir: str,
     token: str,
-    tracker: Any,
 ) -> dict[str, Any]:
     """The task: one run, through the same `run_one` as a local sweep. Returns the outcome, the
     node, and the run directory's files when the node does not share the results directory
@@ -86,9 +85,7 @@ def run_on_node(
     _interruptible()
     node = node_name(ray)
     planned = PlannedRun(point, repeat)
-    # acknowledged before the run starts, so a node lost later is one the head can name (a
-    # message still queued for a tracker not yet up would die with the node)
-    said = tracker.started.remote(planned.rel_dir, node)
+    record_start(token, planned.rel_dir, node)  # stored before the run: a lost node is named
     shared = exp.cluster.results == "shared" or (
         exp.cluster.results == "auto" and _sees(Path(exp_dir), token)
     )
@@ -98,8 +95,6 @@ def run_on_node(
         problem = _preflight(exp, trace, point, root / exp.name, token)
         if problem is not None:
             return {"preflight": problem, "node": node}
-        with contextlib.suppress(Exception):  # progress and naming only: the run goes on
-            ray.get(said, timeout=30)
         runner = SweepRunner(exp, force=True, results_root=root, echo=lambda s: None)
         runner.trace, runner.node = trace, node
         run_dir = runner.exp_dir / planned.rel_dir

@@ -5,6 +5,7 @@ skips finished runs, and Ctrl-C leaves results a rerun completes."""
 from __future__ import annotations
 
 import _thread
+import contextlib
 import dataclasses
 import os
 import signal
@@ -174,3 +175,67 @@ def test_ray_local_starts_its_own_ray_and_equals_the_sequential_sweep(tmp_path, 
         comparable(tmp_path / "res" / "own" / "summary.parquet"),
         comparable(sequential["sim-server"] / "summary.parquet"),
     )
+
+
+def test_a_run_start_recorded_on_a_worker_is_read_once_on_the_head():
+    """Where a run started goes through Ray's key-value store: written by the task before its
+    run, handed to the head once (a run submitted again is seen starting anew), and gone after
+    the sweep closes its reader."""
+    from replay.sweep.ray_starts import Starts, record_start
+
+    starts = Starts("t0ken")
+    ray.get(ray.remote(record_start).remote("t0ken", "host_tier_gib=1/r0", "node-a"))
+    record_start("other", "host_tier_gib=1/r0", "node-b")  # another sweep's record
+    assert starts.take() == [("host_tier_gib=1/r0", "node-a")]
+    assert starts.take() == []
+    record_start("t0ken", "host_tier_gib=4/r1", "node-a")
+    starts.close()
+    assert starts.take() == []
+    assert Starts("other").take() == [("host_tier_gib=1/r0", "node-b")]
+
+
+def _ray_workers_under_us() -> set[int]:
+    """Ray worker processes (named `ray::...` by Ray, its agents apart) below this process."""
+    parent: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError, IndexError):
+                stat = (entry / "stat").read_text()
+                parent[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
+    ours, grew = {os.getpid()}, True
+    while grew:
+        new = {pid for pid, pp in parent.items() if pp in ours} - ours
+        ours |= new
+        grew = bool(new)
+    workers = set()
+    for pid in ours:
+        try:
+            name = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].strip()
+        except OSError:
+            continue
+        if name.startswith(b"ray::") and not name.endswith(b"Agent"):
+            workers.add(pid)
+    return workers
+
+
+def test_a_sweep_runs_on_the_slots_workers_alone(tmp_path):
+    """Two slots, at most two worker processes at any time: the sweep keeps no actor of its own
+    (an actor is one more process, whose start costs as much CPU as a run of a small sweep)."""
+    exp = experiment(tmp_path, engine="sim", name="procs", backend="ray")
+    most = 0
+    done = threading.Event()
+
+    def watch():
+        nonlocal most
+        while not done.wait(0.05):
+            most = max(most, len(_ray_workers_under_us()))
+
+    t = threading.Thread(target=watch, daemon=True)
+    t.start()
+    try:
+        result = sweep(exp, tmp_path / "res")
+    finally:
+        done.set()
+        t.join()
+    assert [o.status for o in result.outcomes] == ["ok"] * 6
+    assert 1 <= most <= 2
