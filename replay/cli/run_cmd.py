@@ -3,16 +3,14 @@
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
-import orjson
 
+from replay.cli.run_summary import print_summary
 from replay.cli.sim_options import sim_options
 from replay.driver.options import ON_ERROR, TIMINGS, RunOptions
-from replay.engines.base import EngineAdapter
 from replay.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -264,18 +262,22 @@ def command(
     trace = read_trace(trace_path, default_cache_dir() if trace_cache else None)
     check_pool(trace, pool)  # refuse before sending what would wait forever
     # the served model before --out is made: --strict refuses to start without one
-    model, early = (None, []) if url is None else _model(url, served_model, options.strict)
+    model: str | None = None
+    early: list[str] = []
     if url is not None:
-        _check_vocabulary(trace, model)
+        from replay.cli.run_server import UrlServer, check_vocabulary, model_to_send, run_http
+
+        model, early = model_to_send(url, served_model, options.strict)
+        check_vocabulary(trace, model)
     # An earlier run's files left beside this one's would be reported as this run's.
     prepare_out_dir(Path(out_dir), force=force)
     if adapter.in_process:
         summary = _run_sim(trace, options, out_dir, simopts, slo_s)
     else:
         assert url is not None
-        server = _Server(url, adapter, kind_note, scrape_interval_s)
-        summary = _run_http(trace, options, out_dir, server, model, early, transport_name, slo_s)
-    _print(summary, json_out)
+        server = UrlServer(url, adapter, kind_note, scrape_interval_s)
+        summary = run_http(trace, options, out_dir, server, model, early, transport_name, slo_s)
+    print_summary(summary, json_out)
     code = exit_code(summary["status"])
     if code:
         sys.exit(code)  # click's Exit is swallowed by main() in non-standalone mode
@@ -325,82 +327,6 @@ def _run_repeated(
         sys.exit(1 if len(result.failed) == len(ran) else 0)
 
 
-@dataclass(frozen=True)
-class _Server:
-    """The server of a --url run: where, whose adapter (and how it was chosen), scrape pace."""
-
-    url: str
-    adapter: EngineAdapter
-    kind_note: str
-    scrape_interval_s: float
-
-
-def _model(url: str, served_model: str | None, strict: bool) -> tuple[str | None, list[str]]:
-    """The `model` to send (given, else the first id of /v1/models) and a warning without one."""
-    from replay.driver.control import served_model as fetch_served_model
-    from replay.driver.http_common import HttpOptions
-
-    model = served_model or fetch_served_model(url)
-    if model is not None:
-        return model, []
-    # Servers that serve one model accept requests without `model`; others refuse every call.
-    why = f"GET {HttpOptions(url).root}/v1/models gave no model id"
-    if strict:
-        raise ConfigError("run", "--served-model", f"{why}; give --served-model NAME")
-    return None, [f"{why}: requests carry no `model` field (give --served-model NAME)"]
-
-
-def _run_http(trace, options, out_dir, server: _Server, model, warnings, transport_name, slo_s):
-    from replay.cli.run_server import RunScrape
-    from replay.driver.http import http_transport_factory
-    from replay.driver.http_common import HttpOptions
-    from replay.driver.run import run_replay
-    from replay.engines.provenance import server_version
-
-    url = server.url
-    root = HttpOptions(url).root
-    factory = http_transport_factory(url, trace, options, transport=transport_name, model=model)
-    prov = {
-        "url": url,
-        "engine": server.adapter.name,
-        "engine_kind": server.kind_note,
-        "engine_version": server_version(root),
-        "served_model": model,
-        "transport": transport_name,
-    }
-    # the sweep's own scrape: start, every scrape_interval_s into metrics.jsonl, end - start
-    scrape = RunScrape(root, server.adapter, Path(out_dir), server.scrape_interval_s)
-    counters_fn = scrape.start()
-    if scrape.error:  # a server without /metrics: the replay's own numbers stand
-        click.echo(f"replay: note: {scrape.error}", err=True)
-    prov["metrics"] = scrape.info
-    try:
-        return run_replay(
-            trace,
-            factory,
-            options,
-            out_dir,
-            provenance=prov,
-            warnings=warnings,
-            counters_fn=counters_fn,
-            slo_s=slo_s,
-        )
-    finally:
-        scrape.stop()
-
-
-def _check_vocabulary(trace, model: str | None) -> None:
-    """Stop before sending anything when the trace's ids pass the served model's vocabulary
-    (vLLM would answer 400 to every call); known where the model's config.json is here: a local
-    model directory, or the hub cache."""
-    from replay.engines import vocab
-
-    size = vocab.vocab_size(model) if model else None
-    problem = vocab.vocab_problem(trace, size, str(model)) if size else None
-    if problem:
-        raise ConfigError(str(trace.path or "trace"), "vocabulary", problem)
-
-
 def _run_sim(
     trace: Trace, options: RunOptions, out_dir: str, simopts: dict[str, Any], slo_s
 ) -> dict:
@@ -426,68 +352,3 @@ def _run_sim(
         counters_fn=lambda: made[-1].counters(),
         slo_s=slo_s,
     )
-
-
-def _print(summary: dict, json_out: bool) -> None:
-    if json_out:
-        sys.stdout.write(orjson.dumps(summary, option=orjson.OPT_SERIALIZE_NUMPY).decode() + "\n")
-        return
-    s = summary
-
-    def ms(v):
-        return "-" if v is None else f"{v * 1e3:.1f} ms"
-
-    click.echo(f"status       {s['status']}" + (f" ({s['reason']})" if s.get("reason") else ""))
-    click.echo(
-        f"calls        {s['calls']} of {s['calls_total']}  errors {s['errors']}  skipped {s['calls_skipped']}"
-    )
-    click.echo(f"makespan     {s['makespan_s']:.2f} s")
-    if s.get("study_makespan_s") is not None:  # first gap to last tail gap (EfficientAgent)
-        click.echo(f"  study def  {s['study_makespan_s']:.2f} s (first gap to last tail gap)")
-    click.echo(
-        f"tokens       prompt {s['prompt_tokens']}  output {s['output_tokens']}  cached {s['cached_tokens']}"
-    )
-    click.echo(
-        f"ttft         p50 {ms(s['ttft_p50_s'])}  p90 {ms(s['ttft_p90_s'])}  p99 {ms(s['ttft_p99_s'])}"
-    )
-    jct = s["jct_p50_s"], s["jct_p90_s"]
-    click.echo(
-        "task jct     " + ("-" if jct[0] is None else f"p50 {jct[0]:.2f} s  p90 {jct[1]:.2f} s")
-    )
-    click.echo(
-        f"mismatches   prompt {s['prompt_mismatches']}  completion {s['completion_mismatches']}"
-    )
-    click.echo(
-        f"send drift   p50 {ms(s['drift_p50_s'])}  p99 {ms(s['drift_p99_s'])}  max {ms(s['drift_max_s'])}"
-    )
-    if s.get("error_kinds"):
-        click.echo("errors by    " + "  ".join(f"{k} {v}" for k, v in s["error_kinds"].items()))
-    for line in latency_lines(s):
-        click.echo(line)
-
-
-def latency_lines(s: dict) -> list[str]:
-    """The latency table (ms, p1..p99 per metric) and goodput, as `replay run` prints them."""
-    from replay.driver.latency import LATENCY_METRICS, PERCENTILES
-
-    table = s.get("latency_percentiles") or {}
-    head = "latency ms   " + "".join(f"{'p' + str(q):>9}" for q in PERCENTILES)
-    lines = [head]
-    for metric in LATENCY_METRICS:
-        row = table.get(metric) or {}
-        cells = "".join(
-            f"{'-' if row.get(f'p{q}') is None else format(row[f'p{q}'] * 1e3, '.1f'):>9}"
-            for q in PERCENTILES
-        )
-        lines.append(f"  {metric.removesuffix('_s'):<11}{cells}")
-    if s.get("slo_s"):
-        slo = ", ".join(f"{k.removesuffix('_s')} <= {v * 1e3:g} ms" for k, v in s["slo_s"].items())
-        frac = s["goodput_fraction"]
-        per_s = s["goodput_per_s"]
-        lines.append(
-            f"goodput      {s['goodput_calls']} of {s['calls']} calls"
-            + ("" if frac is None else f" ({frac:.1%})")
-            + ("" if per_s is None else f", {per_s:.2f}/s")
-            + f" met {slo}"
-        )
-    return lines

@@ -4,18 +4,30 @@ A run scrapes /metrics exactly as a sweep does (the same `MetricsRecorder`, the 
 mapping, the same start/end delta), so counters.json of a run and of a sweep run mean the same.
 When `--engine-kind` is not given, the adapter is chosen from the metric-name prefixes the server
 exposes (vllm:, sglang:, lmcache:, llamacpp:, replay_sim:), as the sweep's `external` engine does.
+Before anything is sent, the served model is settled and the trace's token ids are checked against
+its vocabulary; `run_http` then replays over HTTP with that scrape running beside it.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import click
+
 from replay.engines.base import EngineAdapter
-from replay.errors import EngineError
+from replay.errors import ConfigError, EngineError
 from replay.metrics.scrape import MetricsRecorder, delta_counters_fn, fetch_samples
 
-__all__ = ["guess_engine_kind", "RunScrape"]
+__all__ = [
+    "guess_engine_kind",
+    "RunScrape",
+    "UrlServer",
+    "model_to_send",
+    "run_http",
+    "check_vocabulary",
+]
 
 
 def guess_engine_kind(root: str, metrics_path: str = "/metrics") -> tuple[str, str]:
@@ -69,3 +81,79 @@ class RunScrape:
     def stop(self) -> None:
         self._recorder.stop()
         self.info["scrape_errors"] = self._recorder.errors
+
+
+@dataclass(frozen=True)
+class UrlServer:
+    """The server of a --url run: where, whose adapter (and how it was chosen), scrape pace."""
+
+    url: str
+    adapter: EngineAdapter
+    kind_note: str
+    scrape_interval_s: float
+
+
+def model_to_send(url: str, served_model: str | None, strict: bool) -> tuple[str | None, list[str]]:
+    """The `model` to send (given, else the first id of /v1/models) and a warning without one."""
+    from replay.driver.control import served_model as fetch_served_model
+    from replay.driver.http_common import HttpOptions
+
+    model = served_model or fetch_served_model(url)
+    if model is not None:
+        return model, []
+    # Servers that serve one model accept requests without `model`; others refuse every call.
+    why = f"GET {HttpOptions(url).root}/v1/models gave no model id"
+    if strict:
+        raise ConfigError("run", "--served-model", f"{why}; give --served-model NAME")
+    return None, [f"{why}: requests carry no `model` field (give --served-model NAME)"]
+
+
+def run_http(trace, options, out_dir, server: UrlServer, model, warnings, transport_name, slo_s):
+    from replay.cli.run_server import RunScrape
+    from replay.driver.http import http_transport_factory
+    from replay.driver.http_common import HttpOptions
+    from replay.driver.run import run_replay
+    from replay.engines.provenance import server_version
+
+    url = server.url
+    root = HttpOptions(url).root
+    factory = http_transport_factory(url, trace, options, transport=transport_name, model=model)
+    prov = {
+        "url": url,
+        "engine": server.adapter.name,
+        "engine_kind": server.kind_note,
+        "engine_version": server_version(root),
+        "served_model": model,
+        "transport": transport_name,
+    }
+    # the sweep's own scrape: start, every scrape_interval_s into metrics.jsonl, end - start
+    scrape = RunScrape(root, server.adapter, Path(out_dir), server.scrape_interval_s)
+    counters_fn = scrape.start()
+    if scrape.error:  # a server without /metrics: the replay's own numbers stand
+        click.echo(f"replay: note: {scrape.error}", err=True)
+    prov["metrics"] = scrape.info
+    try:
+        return run_replay(
+            trace,
+            factory,
+            options,
+            out_dir,
+            provenance=prov,
+            warnings=warnings,
+            counters_fn=counters_fn,
+            slo_s=slo_s,
+        )
+    finally:
+        scrape.stop()
+
+
+def check_vocabulary(trace, model: str | None) -> None:
+    """Stop before sending anything when the trace's ids pass the served model's vocabulary
+    (vLLM would answer 400 to every call); known where the model's config.json is here: a local
+    model directory, or the hub cache."""
+    from replay.engines import vocab
+
+    size = vocab.vocab_size(model) if model else None
+    problem = vocab.vocab_problem(trace, size, str(model)) if size else None
+    if problem:
+        raise ConfigError(str(trace.path or "trace"), "vocabulary", problem)
