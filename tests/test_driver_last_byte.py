@@ -132,6 +132,21 @@ def test_a_long_prompt_is_written_ahead_and_completed_by_its_last_byte_at_its_de
     assert not transport._staged
 
 
+def test_a_call_already_due_when_built_is_sent_whole(lead):
+    # closed loop, no gaps: each call is due as soon as the one before ends and its body is built
+    rng = np.random.default_rng(4)
+    calls, keep = [], 0
+    for i in range(3):
+        new = rng.integers(0, 1000, 20_000 if i == 0 else 10, dtype=np.int32)
+        calls.append(Call("a", i, 0.0, keep, new, keep + len(new), 2))
+        keep += len(new) + 2
+    with LastByteServer() as srv:
+        transport, result = _run(Trace(TraceHeader(vocab_size=1000), calls), srv)
+    assert result.status == "ok", result.reason
+    assert len(srv.arrivals) == 3
+    assert transport.nodelay == []  # no call had a staged connection at its send
+
+
 def test_off_sends_every_request_whole_at_its_deadline(lead):
     trace = _open_trace([20_000, 20_000], [0.5, 0.5])
     with LastByteServer() as srv:

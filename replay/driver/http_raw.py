@@ -6,9 +6,10 @@ speaks just the HTTP/1.1 a replay uses: one POST with a Content-Length body, wri
 `writelines` of the header bytes and the body parts (no join of a 0.6 MB prompt here); the response
 is parsed by httptools' C parser and fed straight to `SseAccumulator` (one connection's exchange is
 `replay.driver.http_raw_conn.RawConnection`). Connections are kept alive in a pool of at most
-`HttpOptions.limit`, reused last in, first out. Errors while connecting go through the shared
-`ErrorMap` (`_CONNECT_ERRORS`); the parser and the protocol callbacks raise the same kinds and words
-directly; nothing from httptools or the socket layer leaves these two modules.
+`HttpOptions.limit`, reused last in, first out. A long request can be staged (`stage`): written
+but its last byte ahead of its deadline, the last byte at it. Errors while connecting go through
+the shared `ErrorMap` (`_CONNECT_ERRORS`); the parser and the protocol callbacks raise the same
+kinds and words directly; nothing from httptools or the socket layer leaves these two modules.
 """
 
 from __future__ import annotations

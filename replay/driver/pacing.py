@@ -41,6 +41,9 @@ _BUILD_LAST_S = 0.02  # waiting stops this long before the call's own deadline: 
 # unfinished request. Short prompts are sent whole: their write costs what one byte's does.
 _STAGE_S = 0.01
 _STAGE_MIN_TOKENS = 2048
+# A call this close to (or past) its deadline when it could be staged is sent whole: staging
+# would only add a second write (a closed-loop call with no gap is due as soon as it is built)
+_STAGE_MIN_LEAD_S = 0.001
 
 
 async def sleep_until(loop: asyncio.AbstractEventLoop, t: float) -> None:
@@ -202,8 +205,9 @@ class AheadWindow:
         try:
             if built and self._stage is not None and len(req.prompt) >= _STAGE_MIN_TOKENS:
                 await sleep_until(loop, t_ready - _STAGE_S)
-                self._stage(req)
-                staged = True
+                if t_ready - loop.time() >= _STAGE_MIN_LEAD_S:
+                    self._stage(req)
+                    staged = True
             await sleep_until(loop, t_ready)
         except BaseException:
             if staged and self._unstage is not None:  # cancelled: it will not be sent
