@@ -230,7 +230,9 @@ class AheadWindow:
                 sent[t] -= 1
 
 
-def ahead_window(transport: object, options: RunOptions, loop: asyncio.AbstractEventLoop):
+def ahead_window(
+    transport: object, options: RunOptions, loop: asyncio.AbstractEventLoop
+) -> AheadWindow | None:
     """The pool's `AheadWindow` for `transport`, or None: the simulator's transport has nothing to
     build, and its virtual loop must see the same timers as before (one per call at its deadline)
     to give the same records. Requests are staged (`stage`) only where a send leaves at its
