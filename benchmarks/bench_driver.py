@@ -44,6 +44,7 @@ import numpy as np
 from benchmarks.common import load_avg_1m, spread
 from benchmarks.zero_server import ZeroServer
 from replay.driver.alloc import keep_freed_memory
+from replay.driver.fine_timer import new_loop
 from replay.driver.http import DEFAULT_TRANSPORT, TRANSPORTS
 from replay.driver.http_common import HttpOptions
 from replay.driver.options import RunOptions
@@ -98,7 +99,15 @@ def _ours(
     gap_scale: float = 1.0,
 ):
     """Run the real pool; returns (client CPU s, rows, wall s, loop lags)."""
-    opts = RunOptions(pool=pool, request_timeout_s=120, interrupt_grace_s=0.5, gap_scale=gap_scale)
+    # "whole" and "plain" are the drift comparisons of `run_drift`: requests written whole at
+    # their deadline (no last-byte sync), "plain" also on asyncio's own whole-ms timers
+    opts = RunOptions(
+        pool=pool,
+        request_timeout_s=120,
+        interrupt_grace_s=0.5,
+        gap_scale=gap_scale,
+        last_byte_sync=loop_name not in ("whole", "plain"),
+    )
 
     got = []
 
@@ -124,8 +133,10 @@ def _ours(
         import uvloop
 
         runner = asyncio.Runner(loop_factory=uvloop.new_event_loop)
-    else:
-        runner = asyncio.Runner()
+    elif loop_name == "plain":  # asyncio's own selector: timers rounded up to whole ms
+        runner = asyncio.Runner(loop_factory=asyncio.new_event_loop)
+    else:  # what `replay run` uses (replay/driver/run.py)
+        runner = asyncio.Runner(loop_factory=new_loop)
     with quiet_gc():  # as run_replay does (replay/driver/run.py)
         cpu0, wall0 = time.process_time(), time.perf_counter()
         with runner:
@@ -235,9 +246,15 @@ def _drift_short(url: str, trace: Trace, loop_name: str, name: str) -> dict:
     return _drift_stats(rows, secs, lags)
 
 
-def _drift_open(url: str, trace: Trace) -> dict:
+def _drift_open(url: str, trace: Trace, loop_name: str = "asyncio") -> dict:
     _, rows, wall, lags = _ours(
-        url, trace, DRIFT_POOL, DEFAULT_TRANSPORT, True, gap_scale=1.0 / MOONCAKE_SPEEDUP
+        url,
+        trace,
+        DRIFT_POOL,
+        DEFAULT_TRANSPORT,
+        True,
+        loop_name=loop_name,
+        gap_scale=1.0 / MOONCAKE_SPEEDUP,
     )
     assert all(r["status"] == "ok" for r in rows), rows[0]
     return _drift_stats(rows, wall, lags)
@@ -369,30 +386,44 @@ def _mooncake_summary(reps: dict[str, list[dict]], traces: dict[str, Trace]) -> 
     return out
 
 
-def _drift_form(url: str, form: str, trace: Trace) -> dict:
+def _drift_form(url: str, form: str, trace: Trace, loop_name: str = "asyncio") -> dict:
     """One drift run: the short-prompt pool over the default transport, or a Mooncake form open
     loop."""
     if form == "short":
-        return _drift_short(url, trace, "asyncio", DEFAULT_TRANSPORT)
-    return _drift_open(url, trace)
+        return _drift_short(url, trace, loop_name, DEFAULT_TRANSPORT)
+    return _drift_open(url, trace, loop_name)
 
 
 def run_drift() -> dict:
     """Only the default transport's drift, short prompts and the Mooncake slice, in interleaved
-    repetitions (as in `run`)."""
+    repetitions (as in `run`). With `BENCH_DRIVER_LOOPS=asyncio,whole,plain` every repetition
+    also runs each form the other ways, reported under `loops`: `whole` writes each request
+    whole at its deadline (`last_byte_sync` off), `plain` also keeps asyncio's own selector
+    (timers in whole ms; the driver before both changes). Side by side, interleaved."""
     keep_freed_memory()
     drift_trace = _trace(DRIFT_POOL, 40, 64, 16, 1, lambda r: r.uniform(0.0, 1.0), 3)
     mooncake = mooncake_traces()
     forms = [("short", drift_trace)] + list((mooncake or {}).items())
-    reps: dict[str, list[dict]] = {}
+    loops = ["asyncio"] + [n for n in DRIFT_LOOPS if n != "asyncio"]
+    reps: dict[str, dict[str, list[dict]]] = {n: {} for n in loops}
     out: dict = {"repeats": REPEATS, "load_avg_1m_start": load_avg_1m()}
     with tempfile.TemporaryDirectory() as tmp, ZeroServer(tmp) as srv:
         for _ in range(REPEATS):
-            for form, trace in forms:
-                reps.setdefault(form, []).append(_drift_form(srv.url, form, trace))
-    out["short"] = {**_median_rep(reps["short"]), "p99_ms_spread": _p99_spread(reps["short"])}
-    if mooncake is not None:
-        out["drift_mooncake"] = _mooncake_summary(reps, mooncake)
+            for loop_name in loops:
+                for form, trace in forms:
+                    got = _drift_form(srv.url, form, trace, loop_name)
+                    reps[loop_name].setdefault(form, []).append(got)
+    for loop_name in loops:
+        lr = reps[loop_name]
+        one: dict = {
+            "short": {**_median_rep(lr["short"]), "p99_ms_spread": _p99_spread(lr["short"])}
+        }
+        if mooncake is not None:
+            one["drift_mooncake"] = _mooncake_summary(lr, mooncake)
+        if loop_name == "asyncio":
+            out.update(one)
+        else:
+            out.setdefault("loops", {})[loop_name] = one
     out["load_avg_1m_end"] = load_avg_1m()
     return out
 

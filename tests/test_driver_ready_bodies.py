@@ -39,7 +39,10 @@ def _watched(name: str, url: str):
 
         async def complete(self, request: CompletionRequest):
             now = asyncio.get_running_loop().time()
-            self.sent[(request.task, request.call)] = (now, request in self._bodies)
+            key = (request.task, request.call)
+            # built ahead: still held, or already written but its last byte (raw's `stage`)
+            ready = request in self._bodies or key in getattr(self, "_staged", {})
+            self.sent[key] = (now, ready)
             return await super().complete(request)
 
     return Watched()

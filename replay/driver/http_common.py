@@ -195,6 +195,10 @@ class ReadyBodies(Generic[Body]):
         body = self._ready.pop((request.task, request.call), None)
         return self._build(request) if body is None else body
 
+    def get(self, request: CompletionRequest) -> Body | None:
+        """The prepared body, left in place; None when none was prepared."""
+        return self._ready.get((request.task, request.call))
+
     def __len__(self) -> int:
         return len(self._ready)
 

@@ -6,9 +6,10 @@ speaks just the HTTP/1.1 a replay uses: one POST with a Content-Length body, wri
 `writelines` of the header bytes and the body parts (no join of a 0.6 MB prompt here); the response
 is parsed by httptools' C parser and fed straight to `SseAccumulator` (one connection's exchange is
 `replay.driver.http_raw_conn.RawConnection`). Connections are kept alive in a pool of at most
-`HttpOptions.limit`, reused last in, first out. Errors while connecting go through the shared
-`ErrorMap` (`_CONNECT_ERRORS`); the parser and the protocol callbacks raise the same kinds and words
-directly; nothing from httptools or the socket layer leaves these two modules.
+`HttpOptions.limit`, reused last in, first out. A long request can be staged (`stage`): written
+but its last byte ahead of its deadline, the last byte at it. Errors while connecting go through
+the shared `ErrorMap` (`_CONNECT_ERRORS`); the parser and the protocol callbacks raise the same
+kinds and words directly; nothing from httptools or the socket layer leaves these two modules.
 """
 
 from __future__ import annotations
@@ -35,6 +36,9 @@ from replay.protocol import CompletionRequest, CompletionResult
 
 __all__ = ["RawTransport", "RawConnectionPool"]
 
+# Requests of fewer bytes are written whole at their deadline, not staged (`RawTransport.stage`):
+# their write costs about what the last byte's does, and staging would add a second write
+STAGE_MIN_BYTES = 16 * 1024
 # Idle connections older than this are closed, not reused: below the 5 s idle timeout of
 # cpp-httplib (llama.cpp) and uvicorn (vLLM, SGLang), as in the aiohttp transport.
 KEEPALIVE_S = 4.0
@@ -77,7 +81,8 @@ class RawConnectionPool:
         self.peak_open = 0
         self.closed = False
 
-    async def acquire(self, deadline_s: float) -> RawConnection:
+    def take_idle(self) -> RawConnection | None:
+        """The most recently used idle connection still open, or None (no waiting, no connect)."""
         idle = self._idle
         while idle:
             conn = idle.pop()
@@ -90,6 +95,12 @@ class RawConnectionPool:
             if not conn.peer_closed():
                 return conn
             conn.abort()
+        return None
+
+    async def acquire(self, deadline_s: float) -> RawConnection:
+        conn = self.take_idle()
+        if conn is not None:
+            return conn
         while True:
             if self._open < self.options.limit:
                 return await self._connect(deadline_s)
@@ -207,6 +218,9 @@ class RawTransport:
         self._encoder = PromptEncoder() if incremental else None
         self._bodies = ReadyBodies(self._request_chunks)
         self._pool: RawConnectionPool | None = None
+        # calls whose request is written but its last byte (`stage`): (task, call) -> the
+        # connection and the request's whole bytes (for a resend)
+        self._staged: dict[tuple[str, int], tuple[RawConnection, list]] = {}
         self._post_head = b""
         self._get_models = b""
 
@@ -251,6 +265,9 @@ class RawTransport:
 
     async def close(self) -> None:
         self._bodies.clear()
+        for conn, _ in self._staged.values():  # never finished: the server drops the request
+            conn.abort()
+        self._staged.clear()
         if self._pool is not None:
             await self._pool.close()
             self._pool = None
@@ -267,15 +284,58 @@ class RawTransport:
             length += len(b)
         return [self._post_head + b"%d\r\n\r\n" % length, *body]
 
+    def stage(self, request: CompletionRequest) -> None:
+        """Write all of the request's prepared bytes but the last one, on an idle connection,
+        ahead of its deadline: `complete` then writes one byte. A server reads a request only
+        once its whole body is in (Content-Length framing), so it sees the request at the
+        deadline; the deadline's write no longer carries the body. Not staged (sent whole by
+        `complete`, as without staging): a body not prepared, a small one, or no idle
+        connection (staging never waits or connects)."""
+        pool = self._pool
+        chunks = self._bodies.get(request)
+        if pool is None or chunks is None or _length(chunks) < STAGE_MIN_BYTES:
+            return
+        conn = pool.take_idle()
+        if conn is None:
+            return
+        self._bodies.take(request)
+        conn.write_ahead(_all_but_last_byte(chunks))
+        self._staged[(request.task, request.call)] = (conn, chunks)
+
+    def unstage(self, request: CompletionRequest) -> None:
+        """The staged request will not be sent: drop its connection (a request cannot be taken
+        back, and the server drops one whose body never ends when its connection closes)."""
+        got = self._staged.pop((request.task, request.call), None)
+        if got is not None:
+            got[0].abort()
+
     async def complete(self, request: CompletionRequest) -> CompletionResult:
         if self._pool is None:
             raise RuntimeError("RawTransport.complete() before start()")
+        staged = self._staged.pop((request.task, request.call), None)
+        if staged is not None:
+            conn, chunks = staged
+            deadline_s = self._pool.loop.time() + self.options.request_timeout_s
+            try:
+                return await self._finish_staged(conn, chunks, deadline_s)
+            except StaleConnection:  # closed while staged: the server never had the last byte
+                return await resend_once(self._send, chunks, deadline_s)
         chunks = self._bodies.take(request)
         deadline_s = self._pool.loop.time() + self.options.request_timeout_s
         try:
             return await self._send(chunks, deadline_s)
         except StaleConnection:
             return await resend_once(self._send, chunks, deadline_s)
+
+    async def _finish_staged(
+        self, conn: RawConnection, chunks: list, deadline_s: float
+    ) -> CompletionResult:
+        pool = self._pool
+        assert pool is not None
+        try:
+            return await conn.exchange(_last_byte(chunks), SseAccumulator(), deadline_s)
+        finally:
+            pool.release(conn)
 
     async def _send(self, chunks: list, deadline_s: float) -> CompletionResult:
         pool = self._pool
@@ -285,3 +345,19 @@ class RawTransport:
             return await conn.exchange(chunks, SseAccumulator(), deadline_s)
         finally:
             pool.release(conn)
+
+
+def _length(chunks: list) -> int:
+    n = 0
+    for c in chunks:
+        n += len(c)
+    return n
+
+
+def _all_but_last_byte(chunks: list) -> list:
+    last = chunks[-1]
+    return [*chunks[:-1], memoryview(last)[:-1]] if len(last) > 1 else chunks[:-1]
+
+
+def _last_byte(chunks: list) -> list:
+    return [memoryview(chunks[-1])[-1:]]

@@ -218,6 +218,14 @@ class RawConnection(asyncio.Protocol):
             self._fut = None
             self._acc = None
 
+    def write_ahead(self, chunks: list) -> None:
+        """Write the first bytes of the next request now; `exchange` writes the rest. Bytes the
+        server sends back before then fail nothing yet: `data_received` drops the connection,
+        and `exchange` finds it lost (`StaleConnection`: the request never ended there)."""
+        transport = self.transport
+        if transport is not None and not self.lost and not transport.is_closing():
+            self._write(transport, chunks)
+
     def _write(self, transport: asyncio.Transport, chunks: list) -> None:
         """Hand the request to the kernel without joining its parts where that pays.
 

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from replay.errors import ConfigError
@@ -37,6 +38,11 @@ def task_identity_fields(task: str, extras: dict[str, Any]) -> dict[str, Any]:
     return {**extras, "kv_transfer_params": params}
 
 
+def _env_on(name: str) -> bool:
+    """A switch that is on unless the environment says `off` (or 0, false, no)."""
+    return os.environ.get(name, "on").strip().lower() not in ("off", "0", "false", "no")
+
+
 @dataclass(frozen=True)
 class RunOptions:
     """How the agent pool replays a trace.
@@ -60,6 +66,9 @@ class RunOptions:
       (`task_identity_fields`); the sweep and `replay run` turn it on for engines whose adapter
       says so (lmcache), off otherwise.
     - `drift_warn_s`: p99 send drift above which the run warns that the client shaped the result.
+    - `last_byte_sync`: a long prompt's request is written but its last byte shortly before its
+      deadline, the last byte at it, where the transport can (raw); off sends it whole at the
+      deadline (docs/driver.md, "Last-byte sync"). On unless `REPLAY_LAST_BYTE_SYNC=off`.
     - `progress`: live progress on stderr; `progress_plain`: as plain lines even on a terminal.
     """
 
@@ -81,6 +90,7 @@ class RunOptions:
     request_extras: RequestExtras | None = None
     drift_warn_s: float = 0.010
     efficientagent_task_id: bool = False
+    last_byte_sync: bool = field(default_factory=lambda: _env_on("REPLAY_LAST_BYTE_SYNC"))
 
     def __post_init__(self) -> None:
         def bad(field: str, why: str) -> ConfigError:

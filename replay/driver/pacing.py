@@ -13,9 +13,10 @@ import heapq
 from collections.abc import Callable
 
 from replay.clock import VirtualTimeLoop
+from replay.driver.options import RunOptions
 from replay.protocol import CompletionRequest
 
-__all__ = ["sleep_until", "make_rate_limiter", "AheadWindow", "probe_lag"]
+__all__ = ["sleep_until", "make_rate_limiter", "AheadWindow", "ahead_window", "probe_lag"]
 
 _LAG_PERIOD_S = 0.05  # event-loop lag probe interval (real loops only)
 # Bodies built ahead of their deadline (transports with `prepare`, real loops only): a closed-loop
@@ -33,6 +34,16 @@ _BUILD_MARGIN = 1.5
 _BUILD_MIN_WAIT_S = 100e-6  # shorter builds never wait: a tenth of the loop's timer granularity
 _BUILD_MEASURED_TOKENS = 4096  # smaller builds are mostly fixed cost: not counted per token
 _BUILD_LAST_S = 0.02  # waiting stops this long before the call's own deadline: it builds then
+# Last-byte sync (`RunOptions.last_byte_sync`, transports with `stage`): a built body's request is
+# written but its last byte this long before its deadline, so that the send at the deadline writes
+# one byte. Long enough for a burst's staging writes and a loaded loop's late timers to finish
+# before the deadline; short, since each staged call holds a connection and the server holds an
+# unfinished request. Short prompts are sent whole: their write costs what one byte's does.
+_STAGE_S = 0.01
+_STAGE_MIN_TOKENS = 2048
+# A call this close to (or past) its deadline when it could be staged is sent whole: staging
+# would only add a second write (a closed-loop call with no gap is due as soon as it is built)
+_STAGE_MIN_LEAD_S = 0.001
 
 
 async def sleep_until(loop: asyncio.AbstractEventLoop, t: float) -> None:
@@ -104,8 +115,15 @@ class AheadWindow:
     between sends instead of over one (`between_sends`, then `make`).
     """
 
-    def __init__(self, prepare: Callable[[CompletionRequest], None]) -> None:
+    def __init__(
+        self,
+        prepare: Callable[[CompletionRequest], None],
+        stage: Callable[[CompletionRequest], None] | None = None,
+        unstage: Callable[[CompletionRequest], None] | None = None,
+    ) -> None:
         self._prepare = prepare
+        self._stage = stage
+        self._unstage = unstage
         self.tokens = 0  # prompt tokens of the bodies built and not yet sent
         self.build_s_per_token = _BUILD_S_PER_TOKEN  # running estimate, from measured builds
         self._due: list[float] = []  # heap: deadlines of calls waiting in `until`
@@ -180,10 +198,21 @@ class AheadWindow:
     async def until(
         self, loop: asyncio.AbstractEventLoop, req: CompletionRequest, t_ready: float, built: bool
     ) -> None:
-        """Wait for `req`'s deadline, its body (if `built`) held in the window until then."""
+        """Wait for `req`'s deadline, its body (if `built`) held in the window until then; with
+        a `stage`, a long prompt's request is written but its last byte `_STAGE_S` before."""
         heapq.heappush(self._due, t_ready)
+        staged = False
         try:
+            if built and self._stage is not None and len(req.prompt) >= _STAGE_MIN_TOKENS:
+                await sleep_until(loop, t_ready - _STAGE_S)
+                if t_ready - loop.time() >= _STAGE_MIN_LEAD_S:
+                    self._stage(req)
+                    staged = True
             await sleep_until(loop, t_ready)
+        except BaseException:
+            if staged and self._unstage is not None:  # cancelled: it will not be sent
+                self._unstage(req)
+            raise
         finally:
             if built:
                 self.tokens -= len(req.prompt)
@@ -199,6 +228,24 @@ class AheadWindow:
                 del sent[t]
             else:
                 sent[t] -= 1
+
+
+def ahead_window(
+    transport: object, options: RunOptions, loop: asyncio.AbstractEventLoop
+) -> AheadWindow | None:
+    """The pool's `AheadWindow` for `transport`, or None: the simulator's transport has nothing to
+    build, and its virtual loop must see the same timers as before (one per call at its deadline)
+    to give the same records. Requests are staged (`stage`) only where a send leaves at its
+    deadline: a `max_inflight` or `max_rps` cap may hold it later, and a staged call would hold
+    its connection and its unfinished request on the server meanwhile."""
+    prepare = getattr(transport, "prepare", None)
+    if prepare is None or isinstance(loop, VirtualTimeLoop):
+        return None
+    stage = unstage = None
+    if options.last_byte_sync and options.max_inflight is None and options.max_rps is None:
+        stage = getattr(transport, "stage", None)
+        unstage = getattr(transport, "unstage", None)
+    return AheadWindow(prepare, stage, unstage)
 
 
 async def probe_lag(loop: asyncio.AbstractEventLoop, lags_s: list[float]) -> None:

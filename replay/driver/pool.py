@@ -23,7 +23,7 @@ from typing import Any
 from replay.clock import VirtualTimeLoop
 from replay.driver.options import RunOptions
 from replay.driver.outcome import Prompts, call_row
-from replay.driver.pacing import AheadWindow, make_rate_limiter, probe_lag, sleep_until
+from replay.driver.pacing import ahead_window, make_rate_limiter, probe_lag, sleep_until
 from replay.errors import ErrorKind, RequestFailed, ServerGone
 from replay.protocol import CompletionRequest, CompletionResult, ConnectionRefused, Transport
 from replay.status import CallStatus, RunStatus
@@ -145,10 +145,7 @@ class _Pool:
         self._hurry = self.loop.create_future()  # set: in-flight calls get no more grace
         self._sem = asyncio.Semaphore(options.max_inflight) if options.max_inflight else None
         self._rate = make_rate_limiter(options.max_rps, self.loop) if options.max_rps else None
-        # the simulator's transport has nothing to build, and its virtual loop must see the same
-        # timers as before (one per call at its deadline) to give the same records
-        prepare = getattr(transport, "prepare", None)
-        self._ahead = AheadWindow(prepare) if prepare is not None and not self.virtual else None
+        self._ahead = ahead_window(transport, options, self.loop)
 
     # --- lifecycle -------------------------------------------------------------------------
 

@@ -28,6 +28,7 @@ from typing import Any
 from replay.clock import VirtualTimeLoop
 from replay.driver.alloc import keep_freed_memory
 from replay.driver.diagnose import diagnose_drift
+from replay.driver.fine_timer import new_loop
 from replay.driver.options import RunOptions
 from replay.driver.pool import RunControl, RunResult, replay
 from replay.driver.records import (
@@ -170,7 +171,7 @@ def _run(
             loop: asyncio.AbstractEventLoop = VirtualTimeLoop()
         else:
             keep_freed_memory()  # client CPU per call: see replay/driver/alloc.py
-            loop = asyncio.new_event_loop()
+            loop = new_loop()  # timers to the microsecond: see replay/driver/fine_timer.py
         # The trace and everything loaded so far live for the whole run: freeze them out of the
         # cyclic GC, whose full passes over a large trace otherwise stall the loop for 50-150 ms
         # (send drift) at unpredictable moments; and collect rarely (see quiet_gc).
