@@ -95,7 +95,7 @@ class StepPlanner:
             elif state == "loading" and s.ready_at <= now:
                 s.state = "prefill"
         while True:
-            # blocks each decode needs for one more token (inlined _blocks_for: a hot path)
+            # blocks each decode needs for one more token (written out inline: a hot path)
             one = [d if (d := -(-(s.kv + 1) // B) - s.held - s.anon) > 0 else 0 for s in decode]
             need = sum(one)
             if need <= self.device.n_available:
@@ -198,10 +198,6 @@ class StepPlanner:
         if self._rng is None:
             return 1.0
         return 1.0 + self.cfg.jitter * float(self._rng.uniform(-1.0, 1.0))
-
-    def _blocks_for(self, s: Seq, kv_tokens: int) -> int:
-        """Extra blocks `s` needs to hold `kv_tokens` tokens of KV."""
-        return max(0, -(-kv_tokens // self.B) - s.held - s.anon)
 
     def _steps_that_fit(self, decode: list[Seq], steps: int) -> int:
         B, avail = self.B, self.device.n_available
