@@ -37,12 +37,19 @@ def _watched(name: str, url: str):
             self.prepared[(request.task, request.call)] = asyncio.get_running_loop().time()
             self.most_held = max(self.most_held, len(self._bodies))
 
+        def fire(self, request: CompletionRequest) -> bool:  # raw's: sent with its deadline
+            key = (request.task, request.call)
+            ready = request in self._bodies or key in self._staged
+            self.sent[key] = (asyncio.get_running_loop().time(), ready)
+            return super().fire(request)
+
         async def complete(self, request: CompletionRequest):
             now = asyncio.get_running_loop().time()
             key = (request.task, request.call)
-            # built ahead: still held, or already written but its last byte (raw's `stage`)
-            ready = request in self._bodies or key in getattr(self, "_staged", {})
-            self.sent[key] = (now, ready)
+            if key not in getattr(self, "_fired", {}):  # else `fire` noted its send
+                # built ahead: still held, or already written but its last byte (raw's `stage`)
+                ready = request in self._bodies or key in getattr(self, "_staged", {})
+                self.sent[key] = (now, ready)
             return await super().complete(request)
 
     return Watched()

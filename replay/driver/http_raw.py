@@ -221,6 +221,9 @@ class RawTransport:
         # calls whose request is written but its last byte (`stage`): (task, call) -> the
         # connection and the request's whole bytes (for a resend)
         self._staged: dict[tuple[str, int], tuple[RawConnection, list]] = {}
+        # staged calls whose last byte `fire` wrote: the connection, the request's bytes, and
+        # the begun exchange that `complete` waits on
+        self._fired: dict[tuple[str, int], tuple[RawConnection, list, tuple]] = {}
         self._post_head = b""
         self._get_models = b""
 
@@ -268,6 +271,9 @@ class RawTransport:
         for conn, _ in self._staged.values():  # never finished: the server drops the request
             conn.abort()
         self._staged.clear()
+        for conn, _, begun in self._fired.values():  # never waited for: nobody reads the answer
+            conn.drop(begun)
+        self._fired.clear()
         if self._pool is not None:
             await self._pool.close()
             self._pool = None
@@ -284,35 +290,88 @@ class RawTransport:
             length += len(b)
         return [self._post_head + b"%d\r\n\r\n" % length, *body]
 
-    def stage(self, request: CompletionRequest) -> None:
+    def stage(self, request: CompletionRequest) -> bool:
         """Write all of the request's prepared bytes but the last one, on an idle connection,
-        ahead of its deadline: `complete` then writes one byte. A server reads a request only
-        once its whole body is in (Content-Length framing), so it sees the request at the
-        deadline; the deadline's write no longer carries the body. Not staged (sent whole by
-        `complete`, as without staging): a body not prepared, a small one, or no idle
-        connection (staging never waits or connects)."""
+        ahead of its deadline: `fire` or `complete` then writes one byte. A server reads a
+        request only once its whole body is in (Content-Length framing), so it sees the request
+        at the deadline; the deadline's write no longer carries the body. Not staged (sent whole
+        by `complete`, as without staging; returns False): a body not prepared, a small one, or
+        no idle connection (staging never waits or connects)."""
         pool = self._pool
         chunks = self._bodies.get(request)
         if pool is None or chunks is None or _length(chunks) < STAGE_MIN_BYTES:
-            return
+            return False
         conn = pool.take_idle()
         if conn is None:
-            return
+            return False
         self._bodies.take(request)
         conn.write_ahead(_all_but_last_byte(chunks))
         self._staged[(request.task, request.call)] = (conn, chunks)
+        return True
+
+    def fire(self, request: CompletionRequest) -> bool:
+        """Send a built request now, without waiting for anything: a staged one's last byte, or
+        the whole request on an idle connection. For sending the calls due at one instant back
+        to back, in one loop callback; `complete` then returns the response. False (nothing
+        written; `complete` sends it as usual): no body built, no idle connection, or a staged
+        connection lost meanwhile."""
+        pool = self._pool
+        if pool is None:
+            return False
+        key = (request.task, request.call)
+        staged = self._staged.get(key)
+        if staged is not None:
+            conn, chunks = staged
+            if conn.lost:
+                return False
+            head = _last_byte(chunks)
+        else:
+            chunks = self._bodies.get(request)
+            if chunks is None:
+                return False
+            conn = pool.take_idle()
+            if conn is None:
+                return False
+            head = chunks
+        deadline_s = pool.loop.time() + self.options.request_timeout_s
+        try:
+            begun = conn.begin(head, SseAccumulator(), deadline_s)
+        except StaleConnection:  # lost before the write: `complete` sends it afresh
+            if staged is None:
+                pool.release(conn)
+            return False
+        if staged is None:
+            self._bodies.take(request)
+        else:
+            del self._staged[key]
+        self._fired[key] = (conn, chunks, begun)
+        return True
 
     def unstage(self, request: CompletionRequest) -> None:
-        """The staged request will not be sent: drop its connection (a request cannot be taken
-        back, and the server drops one whose body never ends when its connection closes)."""
-        got = self._staged.pop((request.task, request.call), None)
+        """The staged (or fired) request will not be sent or waited for: drop its connection (a
+        request cannot be taken back, and the server drops one whose body never ends, or whose
+        answer cannot be delivered, when its connection closes)."""
+        key = (request.task, request.call)
+        got = self._staged.pop(key, None)
         if got is not None:
             got[0].abort()
+        fired = self._fired.pop(key, None)
+        if fired is not None:
+            fired[0].drop(fired[2])
 
     async def complete(self, request: CompletionRequest) -> CompletionResult:
         if self._pool is None:
             raise RuntimeError("RawTransport.complete() before start()")
-        staged = self._staged.pop((request.task, request.call), None)
+        key = (request.task, request.call)
+        fired = self._fired.pop(key, None)
+        if fired is not None:
+            conn, chunks, begun = fired
+            deadline_s = self._pool.loop.time() + self.options.request_timeout_s
+            try:
+                return await self._finish_fired(conn, begun)
+            except StaleConnection:  # closed before the server had the last byte
+                return await resend_once(self._send, chunks, deadline_s)
+        staged = self._staged.pop(key, None)
         if staged is not None:
             conn, chunks = staged
             deadline_s = self._pool.loop.time() + self.options.request_timeout_s
@@ -326,6 +385,14 @@ class RawTransport:
             return await self._send(chunks, deadline_s)
         except StaleConnection:
             return await resend_once(self._send, chunks, deadline_s)
+
+    async def _finish_fired(self, conn: RawConnection, begun: tuple) -> CompletionResult:
+        pool = self._pool
+        assert pool is not None
+        try:
+            return await conn.finish(begun)
+        finally:
+            pool.release(conn)
 
     async def _finish_staged(
         self, conn: RawConnection, chunks: list, deadline_s: float
