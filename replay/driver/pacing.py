@@ -218,19 +218,22 @@ class AheadWindow:
         call), and on a virtual machine each write pays again to wake the server, which has
         gone idle meanwhile; back to back, a one-byte write costs a few microseconds."""
         heapq.heappush(self._due, t_ready)
-        staged = joined = False
+        # joined now, before staging: a group is sent in the order its calls were built
+        sent = self._join(loop, req, t_ready) if built and self._fire is not None else None
+        staged = False
         try:
             if built and self._stage is not None and len(req.prompt) >= _STAGE_MIN_TOKENS:
                 await sleep_until(loop, t_ready - _STAGE_S)
                 if t_ready - loop.time() >= _STAGE_MIN_LEAD_S:
                     staged = self._stage(req)
-            if built and self._fire is not None:
-                joined = True
-                return await self._join(loop, req, t_ready)
+            if sent is not None:
+                return await sent
             await sleep_until(loop, t_ready)
             return None
         except BaseException:
-            if (staged or joined) and self._unstage is not None:  # it will not be sent
+            if sent is not None:
+                sent.cancel()  # `_fire_due` skips it (if it has not sent it already)
+            if (staged or sent is not None) and self._unstage is not None:  # it will not be sent
                 self._unstage(req)
             raise
         finally:
@@ -257,14 +260,13 @@ class AheadWindow:
         assert self._fire is not None
         fired = 0
         for req, task, fut in self._groups.pop(t_ready, ()):
-            if fut.done():  # its task was cancelled: `until` unstaged it
+            if fut.done():  # its task was cancelled: `until` unstages it
                 continue
             t_send = loop.time()
-            if self._fire(req, task):
-                fired += 1
-                fut.set_result(t_send)
-            else:
-                fut.set_result(None)
+            sent = self._fire(req, task)
+            fired += sent
+            if not fut.done():  # else cancelled by the fire itself: `until` unstages it
+                fut.set_result(t_send if sent else None)
         if fired:
             self.fired_calls += fired
             self.fired_groups += 1
