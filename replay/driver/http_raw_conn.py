@@ -29,7 +29,7 @@ from replay.driver.sse import SseAccumulator, parse_json
 from replay.errors import RequestFailed
 
 if TYPE_CHECKING:
-    from replay.driver.http_raw import RawConnectionPool
+    from replay.driver.http_raw_pool import RawConnectionPool
 
 __all__ = ["RawConnection"]
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
@@ -24,6 +23,7 @@ from replay.clock import VirtualTimeLoop
 from replay.driver.options import RunOptions
 from replay.driver.outcome import Prompts, call_row
 from replay.driver.pacing import ahead_window, make_rate_limiter, probe_lag, sleep_until
+from replay.driver.pool_types import PoolStats, RunControl, RunResult
 from replay.errors import ErrorKind, RequestFailed, ServerGone
 from replay.protocol import CompletionRequest, CompletionResult, ConnectionRefused, Transport
 from replay.status import CallStatus, RunStatus
@@ -36,49 +36,6 @@ Sink = Callable[[dict[str, Any]], None]
 
 # Python 3.11 reads an enum member off its class through a descriptor (~0.4 us): once per call
 _OK = CallStatus.OK
-
-
-@dataclass
-class PoolStats:
-    """Live counts, read by the progress bar."""
-
-    total: int
-    done: int = 0
-    inflight: int = 0
-    errors: int = 0
-
-
-@dataclass
-class RunResult:
-    """What a replay produced. `rows` are the call records (also streamed to the sink)."""
-
-    status: RunStatus
-    reason: str | None
-    rows: list[dict[str, Any]]
-    total_calls: int
-    skipped_calls: int
-    connection_retries: int
-    loop_lag_s: list[float] = field(default_factory=list)
-    open_loop: bool = False
-
-
-class RunControl:
-    """Lets the owner of the run stop it from outside (signal handlers): no new sends after."""
-
-    def __init__(self) -> None:
-        self._pool: _Pool | None = None
-        self._pending: tuple[RunStatus, str] | None = None
-
-    def stop(self, status: RunStatus = RunStatus.INTERRUPTED, reason: str = "interrupted") -> None:
-        if self._pool is not None:
-            self._pool.stop(status, reason)
-        else:
-            self._pending = (status, reason)
-
-    def hurry(self) -> None:
-        """After `stop`: cancel the calls still in flight now instead of after their grace."""
-        if self._pool is not None:
-            self._pool.hurry()
 
 
 async def replay(
@@ -291,10 +248,8 @@ class _Pool:
     # --- open loop -------------------------------------------------------------------------
 
     def _build_early(self) -> dict[tuple[str, int], tuple[CompletionRequest, bool]]:
-        """The arrivals due within the build lead of the start, prompts expanded and bodies
-        built before the clock starts: built after it, as the dispatcher builds the rest, they
-        would all be built at once past their deadlines (a burst at the start waited ~0.6 ms a
-        body for the ones before it). Built in arrival order, as the dispatcher would."""
+        """The arrivals due within the build lead, built (in arrival order) before the clock
+        starts: after it they would be built past their deadlines, one after another."""
         early: dict[tuple[str, int], tuple[CompletionRequest, bool]] = {}
         if self._ahead is None:
             return early
@@ -353,18 +308,16 @@ class _Pool:
     async def _send(
         self, req: CompletionRequest, slot: int, t_ready: float, fired_at: float | None = None
     ) -> dict[str, Any]:
-        """Send `req` and record its row; `fired_at` is when `_fire_staged` already wrote its
-        last byte (never with a cap: staging is off under one)."""
+        """Send `req` (unless `_fire_staged` sent it, at `fired_at`) and record its row."""
         if self._sem is not None:
             async with self._sem:
                 return await self._send_now(req, slot, t_ready, fired_at)
         return await self._send_now(req, slot, t_ready, fired_at)
 
     def _fire_staged(self, req: CompletionRequest, task: asyncio.Task | None) -> bool:
-        """`AheadWindow`'s send of a staged call at its deadline, from a loop callback: the last
-        byte goes out now (False: not sent, its task sends it or stops). From here its task
-        counts as sending, so that a stop gives the call the in-flight grace instead of
-        cancelling it unrecorded."""
+        """`AheadWindow`'s send of a built call at its deadline, from a loop callback (False:
+        not sent; its task sends it or stops). Its task counts as sending from here: a stop
+        gives the call the in-flight grace, not a cancellation that would leave it unrecorded."""
         if self.stopping or not self.transport.fire(req):  # type: ignore[attr-defined]
             return False
         if task is not None:
