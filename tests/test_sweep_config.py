@@ -130,3 +130,14 @@ def test_cli_reports_bad_files_in_one_line(tmp_path):
     assert out.returncode == 2
     assert out.stderr.startswith("replay: ") and "run.pool" in out.stderr
     assert "Traceback" not in out.stderr
+
+
+def test_config_still_exports_the_experiment_types():
+    """The types moved to replay.sweep.experiment; callers keep importing them from config."""
+    from replay.sweep import config, experiment
+
+    moved = set(experiment.__all__) - {"value_name"}
+    assert moved <= set(config.__all__)
+    for name in moved:
+        assert getattr(config, name) is getattr(experiment, name), name
+    assert all(hasattr(config, name) for name in config.__all__)

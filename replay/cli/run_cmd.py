@@ -130,6 +130,13 @@ if TYPE_CHECKING:
     "EfficientAgent study's client does for its connector [default: on for lmcache, else off]",
 )
 @click.option(
+    "--last-byte-sync/--no-last-byte-sync",
+    default=None,
+    help="write a long prompt's request ahead of its deadline, all but its last byte, and that "
+    "byte at the deadline (raw transport; docs/driver.md); --no-last-byte-sync sends every "
+    "request whole at its deadline [default: on, unless REPLAY_LAST_BYTE_SYNC=off]",
+)
+@click.option(
     "--truncate-prompt-tokens",
     type=int,
     default=None,
@@ -178,6 +185,7 @@ def command(
     server_gone_grace_s: float,
     forcing: bool | None,
     efficientagent_task_id: bool | None,
+    last_byte_sync: bool | None,
     truncate_prompt_tokens: int | None,
     slo: str | None,
     repeats: int | None,
@@ -227,6 +235,8 @@ def command(
     use_task_id = (
         adapter.sends_task_id if efficientagent_task_id is None else efficientagent_task_id
     )
+    # unset: RunOptions' own default (on unless REPLAY_LAST_BYTE_SYNC=off)
+    sync = {} if last_byte_sync is None else {"last_byte_sync": last_byte_sync}
     options = RunOptions(
         pool=pool,
         gap_scale=gap_scale,
@@ -243,6 +253,7 @@ def command(
         truncate_prompt_tokens=truncate_prompt_tokens,
         request_extras=adapter.request_extras,
         efficientagent_task_id=use_task_id,
+        **sync,
     )
     if repeats is not None:
         run_keys = dict(
@@ -250,7 +261,7 @@ def command(
             max_inflight=max_inflight, max_rps=max_rps, request_timeout_s=request_timeout_s,
             server_gone_grace_s=server_gone_grace_s, forcing=forcing,
             truncate_prompt_tokens=truncate_prompt_tokens,
-            efficientagent_task_id=efficientagent_task_id,
+            efficientagent_task_id=efficientagent_task_id, last_byte_sync=last_byte_sync,
         )  # fmt: skip
         if url is not None:
             run_keys["transport"] = transport_name
