@@ -99,8 +99,9 @@ def _ours(
     gap_scale: float = 1.0,
 ):
     """Run the real pool; returns (client CPU s, rows, wall s, loop lags)."""
-    # "whole" and "plain" are the drift comparisons of `run_drift`: requests written whole at
-    # their deadline (no last-byte sync), "plain" also on asyncio's own whole-ms timers
+    # "single", "whole" and "plain" are the drift comparisons of `run_drift`: each call sent by
+    # its own task (no group sends), then also written whole at its deadline (no last-byte sync),
+    # then also on asyncio's own whole-ms timers
     opts = RunOptions(
         pool=pool,
         request_timeout_s=120,
@@ -116,6 +117,8 @@ def _ours(
             url, model="zero", limit=pool, request_timeout_s=120, prewarm_connections=pool
         )
         transport = TRANSPORTS[name](http, incremental=incremental)
+        if loop_name == "single":  # staged, but without `fire` the window sends nothing itself
+            transport.fire = lambda request: False
         control = RunControl()
         if duration_s is not None:
             start = transport.start
@@ -396,10 +399,11 @@ def _drift_form(url: str, form: str, trace: Trace, loop_name: str = "asyncio") -
 
 def run_drift() -> dict:
     """Only the default transport's drift, short prompts and the Mooncake slice, in interleaved
-    repetitions (as in `run`). With `BENCH_DRIVER_LOOPS=asyncio,whole,plain` every repetition
-    also runs each form the other ways, reported under `loops`: `whole` writes each request
-    whole at its deadline (`last_byte_sync` off), `plain` also keeps asyncio's own selector
-    (timers in whole ms; the driver before both changes). Side by side, interleaved."""
+    repetitions (as in `run`). With `BENCH_DRIVER_LOOPS=asyncio,single,whole,plain` every
+    repetition also runs each form the other ways, reported under `loops`: `single` sends each
+    call from its own task (the calls due together not sent as one group), `whole` also writes
+    each request whole at its deadline (`last_byte_sync` off), `plain` also keeps asyncio's own
+    selector (timers in whole ms). Side by side, interleaved."""
     keep_freed_memory()
     drift_trace = _trace(DRIFT_POOL, 40, 64, 16, 1, lambda r: r.uniform(0.0, 1.0), 3)
     mooncake = mooncake_traces()

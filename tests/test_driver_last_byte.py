@@ -71,8 +71,10 @@ class LastByteServer(FaultServer):
 
 
 class Watched(RawTransport):
-    """The raw transport, noting when each call was handed over for its send (its deadline)
-    and whether its connection had TCP_NODELAY (the last byte must not wait for an ACK)."""
+    """The raw transport, noting when each call was handed over for its send (its deadline: the
+    call fired with its deadline's group, or `complete` for one sent by its own task), whether
+    its connection had TCP_NODELAY (the last byte must not wait for an ACK), and which calls
+    were fired."""
 
     def __init__(self, url: str, prewarm: int = 4) -> None:
         super().__init__(
@@ -80,13 +82,25 @@ class Watched(RawTransport):
         )
         self.t_complete: dict[str, float] = {}
         self.nodelay: list[bool] = []
+        self.fired: list[str] = []
 
-    async def complete(self, request: CompletionRequest):
+    def _note(self, request: CompletionRequest) -> None:
         self.t_complete[request.task] = asyncio.get_running_loop().time()
         staged = self._staged.get((request.task, request.call))
         if staged is not None and not staged[0].lost:
             sock = staged[0].transport.get_extra_info("socket")  # type: ignore[union-attr]
             self.nodelay.append(bool(sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)))
+
+    def fire(self, request: CompletionRequest) -> bool:
+        self._note(request)
+        fired = super().fire(request)
+        if fired:
+            self.fired.append(request.task)
+        return fired
+
+    async def complete(self, request: CompletionRequest):
+        if (request.task, request.call) not in self._fired:
+            self._note(request)
         return await super().complete(request)
 
 

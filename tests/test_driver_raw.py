@@ -165,7 +165,7 @@ def test_keep_alive_age_counts_from_the_answer_not_from_the_return_to_the_pool(m
     """Prewarm holds every connection until all have answered. One the server answered at once,
     then held past the keep-alive limit while another was slow, is as old as the server sees
     it (the server may be closing it right now): it is closed, never reused."""
-    monkeypatch.setattr("replay.driver.http_raw.KEEPALIVE_S", 0.5)
+    monkeypatch.setattr("replay.driver.http_raw_pool.KEEPALIVE_S", 0.5)
 
     async def script(ex) -> bool:
         if ex.method == "GET" and ex.conn_id == 1:

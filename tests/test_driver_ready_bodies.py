@@ -37,12 +37,19 @@ def _watched(name: str, url: str):
             self.prepared[(request.task, request.call)] = asyncio.get_running_loop().time()
             self.most_held = max(self.most_held, len(self._bodies))
 
+        def fire(self, request: CompletionRequest) -> bool:  # raw's: sent with its deadline
+            key = (request.task, request.call)
+            ready = request in self._bodies or key in self._staged
+            self.sent[key] = (asyncio.get_running_loop().time(), ready)
+            return super().fire(request)
+
         async def complete(self, request: CompletionRequest):
             now = asyncio.get_running_loop().time()
             key = (request.task, request.call)
-            # built ahead: still held, or already written but its last byte (raw's `stage`)
-            ready = request in self._bodies or key in getattr(self, "_staged", {})
-            self.sent[key] = (now, ready)
+            if key not in getattr(self, "_fired", {}):  # else `fire` noted its send
+                # built ahead: still held, or already written but its last byte (raw's `stage`)
+                ready = request in self._bodies or key in getattr(self, "_staged", {})
+                self.sent[key] = (now, ready)
             return await super().complete(request)
 
     return Watched()
@@ -196,3 +203,24 @@ def test_ahead_window_forgets_each_deadline_once_it_is_sent():
 
     window = asyncio.run(main())
     assert window._due == [] and window._sent == {}
+
+
+@pytest.mark.parametrize("name", ["raw", "aiohttp"])
+def test_the_first_open_loop_arrivals_are_built_before_the_clock_starts(name):
+    """The arrivals within the build lead of the start are built before t0 (built after it they
+    would be built past their deadlines, one after another), in arrival order; the later ones
+    are built during the run, as before."""
+    trace = _open(calls=6, after_s=0.05, span_s=0.5)  # at 0, 0.05, 0.13, ... 0.47 s
+    with FaultServer() as srv:
+        transport = _watched(name, srv.url)
+        before_t0: list[tuple[str, int]] = []
+        opts = RunOptions(pool=4, request_timeout_s=10)
+        on_ready = lambda: before_t0.extend(transport.prepared)  # noqa: E731
+        result = asyncio.run(replay(trace, transport, opts, on_ready=on_ready))
+    assert result.status == "ok", result.reason
+    t_first = min(c.at_s or 0.0 for c in trace.calls)
+    first = [(c.task, c.index) for c in trace.calls if (c.at_s or 0.0) - t_first < pacing._AHEAD_S]
+    assert len(first) == 4 and before_t0 == first
+    assert len(transport.prepared) == len(trace)  # the rest built too, during the run
+    for key in first:
+        assert transport.sent[key][1], key  # sent with the body built before the clock

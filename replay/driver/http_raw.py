@@ -16,9 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ssl
-from collections import deque
-from urllib.parse import urlsplit
 
 from replay.driver.http_common import (
     COMPLETIONS_PATH,
@@ -28,10 +25,11 @@ from replay.driver.http_common import (
     ReadyBodies,
     body_parts,
 )
-from replay.driver.http_errors import ErrorMap, StaleConnection, resend_once
+from replay.driver.http_errors import StaleConnection, resend_once
 from replay.driver.http_raw_conn import RawConnection
+from replay.driver.http_raw_pool import RawConnectionPool
 from replay.driver.sse import SseAccumulator
-from replay.errors import ErrorKind, RequestFailed
+from replay.errors import RequestFailed
 from replay.protocol import CompletionRequest, CompletionResult
 
 __all__ = ["RawTransport", "RawConnectionPool"]
@@ -39,173 +37,6 @@ __all__ = ["RawTransport", "RawConnectionPool"]
 # Requests of fewer bytes are written whole at their deadline, not staged (`RawTransport.stage`):
 # their write costs about what the last byte's does, and staging would add a second write
 STAGE_MIN_BYTES = 16 * 1024
-# Idle connections older than this are closed, not reused: below the 5 s idle timeout of
-# cpp-httplib (llama.cpp) and uvicorn (vLLM, SGLang), as in the aiohttp transport.
-KEEPALIVE_S = 4.0
-# what `create_connection` raises, most specific first (SSLError and ConnectionError are OSErrors)
-_CONNECT_ERRORS = ErrorMap(
-    (
-        (TimeoutError, "connect_timeout"),
-        ((ssl.SSLError, ssl.CertificateError), "tls"),
-        (OSError, "connect"),
-    )
-)
-
-
-class RawConnectionPool:
-    """At most `limit` keep-alive connections to one origin; idle ones reused last in, first out.
-
-    A connection the server closed while idle is dropped when the loop sees the close or, at the
-    latest, when the socket is peeked before reuse (`RawConnection.peer_closed`); one idle for
-    longer than `KEEPALIVE_S` is closed instead of reused. When the limit is reached, requests
-    wait in arrival order.
-    """
-
-    def __init__(self, options: HttpOptions) -> None:
-        self.options = options
-        self.request_timeout_s = options.request_timeout_s
-        self.loop = asyncio.get_running_loop()
-        parts = urlsplit(options.root)
-        self.host = parts.hostname or "127.0.0.1"
-        tls = parts.scheme == "https"
-        self.port = parts.port or (443 if tls else 80)
-        self.path_prefix = parts.path.rstrip("/")
-        self.ssl: ssl.SSLContext | None = ssl.create_default_context() if tls else None
-        default_port = (tls and self.port == 443) or (not tls and self.port == 80)
-        self.host_header = self.host if default_port else f"{self.host}:{self.port}"
-        if ":" in self.host and not default_port:  # IPv6 literal
-            self.host_header = f"[{self.host}]:{self.port}"
-        self._idle: deque[RawConnection] = deque()
-        self._waiters: deque[asyncio.Future] = deque()
-        self._open = 0  # connections connecting, idle or busy
-        self.peak_open = 0
-        self.closed = False
-
-    def take_idle(self) -> RawConnection | None:
-        """The most recently used idle connection still open, or None (no waiting, no connect)."""
-        idle = self._idle
-        while idle:
-            conn = idle.pop()
-            conn.in_idle = False
-            if self.loop.time() - conn.idle_since_s > KEEPALIVE_S:
-                # the most recently used is too old, so all are: `release` closes the rest a
-                # few at a time (closing hundreds at once would stall the loop)
-                conn.abort()
-                break
-            if not conn.peer_closed():
-                return conn
-            conn.abort()
-        return None
-
-    async def acquire(self, deadline_s: float) -> RawConnection:
-        conn = self.take_idle()
-        if conn is not None:
-            return conn
-        while True:
-            if self._open < self.options.limit:
-                return await self._connect(deadline_s)
-            fut = self.loop.create_future()
-            self._waiters.append(fut)
-            try:
-                async with asyncio.timeout_at(deadline_s):
-                    conn = await fut
-            except BaseException as e:
-                if fut.done() and not fut.cancelled():
-                    handed = fut.result()
-                    if handed is not None:
-                        self.release(handed)  # handed over just as we gave up
-                    else:
-                        self._wake_one(None)  # pass the free slot on
-                if isinstance(e, TimeoutError):
-                    raise RequestFailed(
-                        ErrorKind.TIMEOUT, f"no free connection within {self.request_timeout_s:g} s"
-                    ) from None
-                raise
-            if conn is not None:
-                return conn
-
-    async def _connect(self, deadline_s: float) -> RawConnection:
-        self._open += 1
-        self.peak_open = max(self.peak_open, self._open)
-        conn = RawConnection(self)
-        timeout_s = min(self.options.connect_timeout_s, max(0.0, deadline_s - self.loop.time()))
-        try:
-            await asyncio.wait_for(
-                self.loop.create_connection(
-                    lambda: conn,
-                    self.host,
-                    self.port,
-                    ssl=self.ssl,
-                    server_hostname=self.host if self.ssl else None,
-                ),
-                timeout_s,
-            )
-        except BaseException as e:
-            if conn.transport is not None:  # connected as the wait ended: drop it
-                conn.abort()  # connection_lost gives the slot back
-            else:
-                self._open -= 1
-                self._wake_one(None)
-            error = _CONNECT_ERRORS.error(e, self.options, connect_timeout_s=timeout_s)
-            if error is None:
-                raise
-            raise error from None
-        if self.closed:
-            conn.abort()
-            raise RequestFailed(ErrorKind.CANCELLED, "transport closed while connecting")
-        return conn
-
-    def release(self, conn: RawConnection) -> None:
-        """Hand a finished connection to the next waiter, keep it idle, or close it."""
-        now = self.loop.time()
-        # too old: answered long ago and held by its caller since (the server may be closing it)
-        if not conn.reusable or self.closed or now - conn.idle_since_s > KEEPALIVE_S:
-            conn.abort()  # connection_lost passes the free slot to a waiter
-            return
-        while self._waiters:
-            fut = self._waiters.popleft()
-            if not fut.done():
-                fut.set_result(conn)
-                return
-        idle = self._idle
-        conn.in_idle = True
-        idle.append(conn)
-        for _ in range(2):  # expire the least recently used (LIFO leaves them at the left end)
-            if now - idle[0].idle_since_s <= KEEPALIVE_S:
-                break
-            old = idle.popleft()
-            old.in_idle = False
-            old.abort()
-
-    def _wake_one(self, conn: RawConnection | None) -> None:
-        while self._waiters:
-            fut = self._waiters.popleft()
-            if not fut.done():
-                fut.set_result(conn)
-                return
-
-    def _connection_lost(self, conn: RawConnection) -> None:
-        self._open -= 1
-        if conn.in_idle:  # closed by the server while idle
-            conn.in_idle = False
-            self._idle.remove(conn)
-        self._wake_one(None)
-
-    async def close(self) -> None:
-        self.closed = True
-        while self._idle:
-            conn = self._idle.pop()
-            conn.in_idle = False
-            conn.abort()
-        while self._waiters:
-            fut = self._waiters.popleft()
-            if not fut.done():
-                fut.cancel()
-        await asyncio.sleep(0)  # let connection_lost run
-
-    @property
-    def open_connections(self) -> int:
-        return self._open
 
 
 class RawTransport:
@@ -221,6 +52,9 @@ class RawTransport:
         # calls whose request is written but its last byte (`stage`): (task, call) -> the
         # connection and the request's whole bytes (for a resend)
         self._staged: dict[tuple[str, int], tuple[RawConnection, list]] = {}
+        # staged calls whose last byte `fire` wrote: the connection, the request's bytes, and
+        # the begun exchange that `complete` waits on
+        self._fired: dict[tuple[str, int], tuple[RawConnection, list, tuple]] = {}
         self._post_head = b""
         self._get_models = b""
 
@@ -268,6 +102,9 @@ class RawTransport:
         for conn, _ in self._staged.values():  # never finished: the server drops the request
             conn.abort()
         self._staged.clear()
+        for conn, _, begun in self._fired.values():  # never waited for: nobody reads the answer
+            conn.drop(begun)
+        self._fired.clear()
         if self._pool is not None:
             await self._pool.close()
             self._pool = None
@@ -284,35 +121,87 @@ class RawTransport:
             length += len(b)
         return [self._post_head + b"%d\r\n\r\n" % length, *body]
 
-    def stage(self, request: CompletionRequest) -> None:
+    def stage(self, request: CompletionRequest) -> bool:
         """Write all of the request's prepared bytes but the last one, on an idle connection,
-        ahead of its deadline: `complete` then writes one byte. A server reads a request only
-        once its whole body is in (Content-Length framing), so it sees the request at the
-        deadline; the deadline's write no longer carries the body. Not staged (sent whole by
-        `complete`, as without staging): a body not prepared, a small one, or no idle
-        connection (staging never waits or connects)."""
+        ahead of its deadline: `fire` or `complete` then writes one byte. A server reads a
+        request only once its whole body is in (Content-Length framing), so it sees the request
+        at the deadline; the deadline's write no longer carries the body. Not staged (sent whole
+        by `complete`, as without staging; returns False): a body not prepared, a small one, or
+        no idle connection (staging never waits or connects)."""
         pool = self._pool
         chunks = self._bodies.get(request)
         if pool is None or chunks is None or _length(chunks) < STAGE_MIN_BYTES:
-            return
+            return False
         conn = pool.take_idle()
         if conn is None:
-            return
+            return False
         self._bodies.take(request)
         conn.write_ahead(_all_but_last_byte(chunks))
         self._staged[(request.task, request.call)] = (conn, chunks)
+        return True
+
+    def fire(self, request: CompletionRequest) -> bool:
+        """Send a built request now, without waiting for anything: a staged one's last byte, or
+        the whole request on an idle connection. For sending the calls due at one instant back
+        to back, in one loop callback; `complete` then returns the response. False (nothing
+        written; `complete` sends it as usual): no body built, no idle connection, or a staged
+        connection lost meanwhile."""
+        pool = self._pool
+        if pool is None:
+            return False
+        key = (request.task, request.call)
+        staged = self._staged.get(key)
+        if staged is not None:
+            conn, chunks = staged
+            if conn.lost:
+                return False
+            head = _last_byte(chunks)
+        else:
+            built = self._bodies.get(request)
+            idle = pool.take_idle() if built is not None else None
+            if built is None or idle is None:
+                return False
+            conn = idle
+            chunks = head = built
+        deadline_s = pool.loop.time() + self.options.request_timeout_s
+        try:
+            begun = conn.begin(head, SseAccumulator(), deadline_s)
+        except StaleConnection:  # lost before the write: `complete` sends it afresh
+            if staged is None:
+                pool.release(conn)
+            return False
+        if staged is None:
+            self._bodies.take(request)
+        else:
+            del self._staged[key]
+        self._fired[key] = (conn, chunks, begun)
+        return True
 
     def unstage(self, request: CompletionRequest) -> None:
-        """The staged request will not be sent: drop its connection (a request cannot be taken
-        back, and the server drops one whose body never ends when its connection closes)."""
-        got = self._staged.pop((request.task, request.call), None)
+        """The staged (or fired) request will not be sent or waited for: drop its connection (a
+        request cannot be taken back, and the server drops one whose body never ends, or whose
+        answer cannot be delivered, when its connection closes)."""
+        key = (request.task, request.call)
+        got = self._staged.pop(key, None)
         if got is not None:
             got[0].abort()
+        fired = self._fired.pop(key, None)
+        if fired is not None:
+            fired[0].drop(fired[2])
 
     async def complete(self, request: CompletionRequest) -> CompletionResult:
         if self._pool is None:
             raise RuntimeError("RawTransport.complete() before start()")
-        staged = self._staged.pop((request.task, request.call), None)
+        key = (request.task, request.call)
+        fired = self._fired.pop(key, None)
+        if fired is not None:
+            conn, chunks, begun = fired
+            deadline_s = self._pool.loop.time() + self.options.request_timeout_s
+            try:
+                return await self._finish_fired(conn, begun)
+            except StaleConnection:  # closed before the server had the last byte
+                return await resend_once(self._send, chunks, deadline_s)
+        staged = self._staged.pop(key, None)
         if staged is not None:
             conn, chunks = staged
             deadline_s = self._pool.loop.time() + self.options.request_timeout_s
@@ -326,6 +215,14 @@ class RawTransport:
             return await self._send(chunks, deadline_s)
         except StaleConnection:
             return await resend_once(self._send, chunks, deadline_s)
+
+    async def _finish_fired(self, conn: RawConnection, begun: tuple) -> CompletionResult:
+        pool = self._pool
+        assert pool is not None
+        try:
+            return await conn.finish(begun)
+        finally:
+            pool.release(conn)
 
     async def _finish_staged(
         self, conn: RawConnection, chunks: list, deadline_s: float

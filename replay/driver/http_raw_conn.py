@@ -29,7 +29,7 @@ from replay.driver.sse import SseAccumulator, parse_json
 from replay.errors import RequestFailed
 
 if TYPE_CHECKING:
-    from replay.driver.http_raw import RawConnectionPool
+    from replay.driver.http_raw_pool import RawConnectionPool
 
 __all__ = ["RawConnection"]
 
@@ -197,6 +197,14 @@ class RawConnection(asyncio.Protocol):
 
     async def exchange(self, chunks: list, acc: SseAccumulator | None, deadline_s: float):
         """Write `chunks` as one request and wait for the whole response (result of `_finish`)."""
+        return await self.finish(self.begin(chunks, acc, deadline_s))
+
+    def begin(
+        self, chunks: list, acc: SseAccumulator | None, deadline_s: float
+    ) -> tuple[asyncio.Future, asyncio.TimerHandle]:
+        """Write `chunks` as one request now, without waiting: the response is read from here
+        on, and `finish` (which must follow, or `abort`) waits for it. Raises `StaleConnection`
+        if the connection is already lost."""
         loop = self.pool.loop
         self._reset()
         self._acc = acc
@@ -212,11 +220,35 @@ class RawConnection(asyncio.Protocol):
             # a write that failed leaves an empty buffer too, but a closing transport
             if not transport.is_closing() and transport.get_write_buffer_size() == 0:
                 self._written_all = True
+        except BaseException:
+            self._end(timer)
+            raise
+        return fut, timer
+
+    async def finish(self, begun: tuple[asyncio.Future, asyncio.TimerHandle]):
+        """Wait for the response of the request `begin` wrote (result of `_finish`)."""
+        fut, timer = begun
+        try:
             return await fut
         finally:
-            timer.cancel()
-            self._fut = None
-            self._acc = None
+            self._end(timer)
+
+    def drop(self, begun: tuple[asyncio.Future, asyncio.TimerHandle]) -> None:
+        """Give up on the request `begin` wrote, unanswered: nobody will `finish` it. The
+        connection is closed, so the server drops the request with it."""
+        fut, timer = begun
+        self._end(timer)
+        if fut.done():
+            if not fut.cancelled():
+                fut.exception()  # retrieved: it has no reader now
+        else:
+            fut.cancel()
+        self.abort()
+
+    def _end(self, timer: asyncio.TimerHandle) -> None:
+        timer.cancel()
+        self._fut = None
+        self._acc = None
 
     def write_ahead(self, chunks: list) -> None:
         """Write the first bytes of the next request now; `exchange` writes the rest. Bytes the

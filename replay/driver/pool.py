@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
@@ -24,6 +23,7 @@ from replay.clock import VirtualTimeLoop
 from replay.driver.options import RunOptions
 from replay.driver.outcome import Prompts, call_row
 from replay.driver.pacing import ahead_window, make_rate_limiter, probe_lag, sleep_until
+from replay.driver.pool_types import PoolStats, RunControl, RunResult
 from replay.errors import ErrorKind, RequestFailed, ServerGone
 from replay.protocol import CompletionRequest, CompletionResult, ConnectionRefused, Transport
 from replay.status import CallStatus, RunStatus
@@ -36,49 +36,6 @@ Sink = Callable[[dict[str, Any]], None]
 
 # Python 3.11 reads an enum member off its class through a descriptor (~0.4 us): once per call
 _OK = CallStatus.OK
-
-
-@dataclass
-class PoolStats:
-    """Live counts, read by the progress bar."""
-
-    total: int
-    done: int = 0
-    inflight: int = 0
-    errors: int = 0
-
-
-@dataclass
-class RunResult:
-    """What a replay produced. `rows` are the call records (also streamed to the sink)."""
-
-    status: RunStatus
-    reason: str | None
-    rows: list[dict[str, Any]]
-    total_calls: int
-    skipped_calls: int
-    connection_retries: int
-    loop_lag_s: list[float] = field(default_factory=list)
-    open_loop: bool = False
-
-
-class RunControl:
-    """Lets the owner of the run stop it from outside (signal handlers): no new sends after."""
-
-    def __init__(self) -> None:
-        self._pool: _Pool | None = None
-        self._pending: tuple[RunStatus, str] | None = None
-
-    def stop(self, status: RunStatus = RunStatus.INTERRUPTED, reason: str = "interrupted") -> None:
-        if self._pool is not None:
-            self._pool.stop(status, reason)
-        else:
-            self._pending = (status, reason)
-
-    def hurry(self) -> None:
-        """After `stop`: cancel the calls still in flight now instead of after their grace."""
-        if self._pool is not None:
-            self._pool.hurry()
 
 
 async def replay(
@@ -145,7 +102,7 @@ class _Pool:
         self._hurry = self.loop.create_future()  # set: in-flight calls get no more grace
         self._sem = asyncio.Semaphore(options.max_inflight) if options.max_inflight else None
         self._rate = make_rate_limiter(options.max_rps, self.loop) if options.max_rps else None
-        self._ahead = ahead_window(transport, options, self.loop)
+        self._ahead = ahead_window(transport, options, self.loop, self._fire_staged)
 
     # --- lifecycle -------------------------------------------------------------------------
 
@@ -157,10 +114,11 @@ class _Pool:
             bar = ProgressBar(self.stats, self.rows, self.trace, plain=self.opt.progress_plain)
         helpers: list[asyncio.Task] = []
         if self.open_loop:
+            early = self._build_early()
             if self.on_ready is not None:
                 self.on_ready()
             self.t0 = self.loop.time()
-            self._spawn(self._dispatch_open_loop())
+            self._spawn(self._dispatch_open_loop(early))
         else:
             # Each slot's first prompt is expanded before the clock starts: done at t0, a
             # thousand slots' worth (~50 us each) would hold back the first sends by tens of ms.
@@ -267,17 +225,18 @@ class _Pool:
         if c is not None and ahead is not None:
             request = partial(self._prompts.request, c.task, c.index)
             req, built = await ahead.make_between_sends(self.loop, request, c.prompt_len, r.t_s)
-            await ahead.until(self.loop, req, r.t_s, built)
+            fired_at = await ahead.until(self.loop, req, r.t_s, built)
         else:
+            fired_at = None
             await sleep_until(self.loop, r.t_s)
-        if self.stopping:
+        if self.stopping and fired_at is None:  # a fired call is in flight: it gets recorded
             return
         if c is None:  # a slot freed after its task's tail gap
             self._go(self.rules.free(r.slot, r.t_s))
             return
         if req is None:
             req = self._prompts.request(c.task, c.index)
-        row = await self._send(req, r.slot, r.t_s)
+        row = await self._send(req, r.slot, r.t_s, fired_at)
         if self.stopping:
             return
         abort = row["status"] != _OK and self.opt.on_error == "abort-task"
@@ -288,19 +247,39 @@ class _Pool:
 
     # --- open loop -------------------------------------------------------------------------
 
-    async def _dispatch_open_loop(self) -> None:
+    def _build_early(self) -> dict[tuple[str, int], tuple[CompletionRequest, bool]]:
+        """The arrivals due within the build lead, built (in arrival order) before the clock
+        starts: after it they would be built past their deadlines, one after another."""
+        early: dict[tuple[str, int], tuple[CompletionRequest, bool]] = {}
+        if self._ahead is None:
+            return early
+        for c, at_s in arrivals(self.trace, self.opt.gap_scale):
+            if at_s >= self._ahead.lead_s:
+                break
+            request = partial(self._prompts.request, c.task, c.index)
+            early[(c.task, c.index)] = self._ahead.make(self.loop, request)
+        return early
+
+    async def _dispatch_open_loop(
+        self, early: dict[tuple[str, int], tuple[CompletionRequest, bool]]
+    ) -> None:
         """Walk the arrivals in order; each call's prompt is expanded (and, where the transport
-        can, its body built) a little before its arrival, and sent at its arrival."""
+        can, its body built) a little before its arrival, and sent at its arrival. `early`
+        holds the first ones, already built (`_build_early`)."""
         ahead = 0.0 if self._ahead is None else self._ahead.lead_s
         for c, at_s in arrivals(self.trace, self.opt.gap_scale):
             t_ready = self.t0 + at_s
+            got = early.pop((c.task, c.index), None)
+            if got is not None:
+                self._spawn(self._send_open(*got, t_ready))
+                continue
             await sleep_until(self.loop, t_ready - ahead)
             if self.stopping:
                 return
             # arrival order within a task is checked by is_open_loop
             if self._ahead is None:
                 req = self._prompts.request(c.task, c.index)
-                self._spawn(self._send_open(req, t_ready, False))
+                self._spawn(self._send_open(req, False, t_ready))
                 continue
             request = partial(self._prompts.request, c.task, c.index)
             req, built = await self._ahead.make_between_sends(
@@ -310,34 +289,50 @@ class _Pool:
                 if built:  # never sent: its tokens leave the window here
                     self._ahead.tokens -= len(req.prompt)
                 return
-            self._spawn(self._send_open(req, t_ready, built))
+            self._spawn(self._send_open(req, built, t_ready))
             # let the sends already due go first: building runs ahead of time, not ahead of them
             await asyncio.sleep(0)
 
-    async def _send_open(self, req: CompletionRequest, t_ready: float, built: bool) -> None:
+    async def _send_open(self, req: CompletionRequest, built: bool, t_ready: float) -> None:
+        fired_at = None
         if self._ahead is not None:
-            await self._ahead.until(self.loop, req, t_ready, built)
+            fired_at = await self._ahead.until(self.loop, req, t_ready, built)
         else:  # at once: the dispatcher waited for the arrival itself
             await sleep_until(self.loop, t_ready)
-        if self.stopping:
+        if self.stopping and fired_at is None:
             return
-        await self._send(req, -1, t_ready)
+        await self._send(req, -1, t_ready, fired_at)
 
     # --- one call --------------------------------------------------------------------------
 
-    async def _send(self, req: CompletionRequest, slot: int, t_ready: float) -> dict[str, Any]:
+    async def _send(
+        self, req: CompletionRequest, slot: int, t_ready: float, fired_at: float | None = None
+    ) -> dict[str, Any]:
+        """Send `req` (unless `_fire_staged` sent it, at `fired_at`) and record its row."""
         if self._sem is not None:
             async with self._sem:
-                return await self._send_now(req, slot, t_ready)
-        return await self._send_now(req, slot, t_ready)
+                return await self._send_now(req, slot, t_ready, fired_at)
+        return await self._send_now(req, slot, t_ready, fired_at)
 
-    async def _send_now(self, req: CompletionRequest, slot: int, t_ready: float) -> dict[str, Any]:
-        if self._rate is not None:
+    def _fire_staged(self, req: CompletionRequest, task: asyncio.Task | None) -> bool:
+        """`AheadWindow`'s send of a built call at its deadline, from a loop callback (False:
+        not sent; its task sends it or stops). Its task counts as sending from here: a stop
+        gives the call the in-flight grace, not a cancellation that would leave it unrecorded."""
+        if self.stopping or not self.transport.fire(req):  # type: ignore[attr-defined]
+            return False
+        if task is not None:
+            self._sending.add(task)
+        return True
+
+    async def _send_now(
+        self, req: CompletionRequest, slot: int, t_ready: float, fired_at: float | None
+    ) -> dict[str, Any]:
+        if self._rate is not None and fired_at is None:
             await self._rate.wait(self.loop)
         me = asyncio.current_task()
         self._sending.add(me)  # type: ignore[arg-type]
         self.stats.inflight += 1
-        t_send = self.loop.time()
+        t_send = self.loop.time() if fired_at is None else fired_at
         result: CompletionResult | None = None
         error: RequestFailed | None = None
         try:
