@@ -159,6 +159,7 @@ def test_a_call_already_due_when_built_is_sent_whole(lead):
     assert result.status == "ok", result.reason
     assert len(srv.arrivals) == 3
     assert transport.nodelay == []  # no call had a staged connection at its send
+    assert transport.fired == []  # each sent by its own task, at once, not by a group's timer
 
 
 def test_off_sends_every_request_whole_at_its_deadline(lead):

@@ -218,8 +218,10 @@ class AheadWindow:
         call), and on a virtual machine each write pays again to wake the server, which has
         gone idle meanwhile; back to back, a one-byte write costs a few microseconds."""
         heapq.heappush(self._due, t_ready)
-        # joined now, before staging: a group is sent in the order its calls were built
-        sent = self._join(loop, req, t_ready) if built and self._fire is not None else None
+        # joined now, before staging: a group is sent in the order its calls were built; a call
+        # already due (a closed-loop call with no gap) is sent by its task at once, as before
+        group = built and self._fire is not None and t_ready > loop.time()
+        sent = self._join(loop, req, t_ready) if group else None
         staged = False
         try:
             if built and self._stage is not None and len(req.prompt) >= _STAGE_MIN_TOKENS:
