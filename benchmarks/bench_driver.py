@@ -18,7 +18,10 @@ Against a zero-latency server in a separate process (benchmarks/zero_server.py),
    imported (hash blocks expanded by the replay) and as a token-id trace, in the same repetitions
    as the default transport's short-prompt drift, so that their ratio is measured side by side.
 Every repetition records the load average: with other processes on the machine, drift measures
-the machine as much as the client.
+the machine as much as the client. The drift runs (3 and 4) pin the zero server to one core and
+the client to the others, as `make bench-peers` does (BENCH_DRIVER_PIN=0: neither pinned): left to
+the scheduler, the server is often woken onto the client's core, and the write that completes a
+request then waits for it to run.
 
 `python -m benchmarks.bench_driver drift` runs only the default transport's drift (3 and 4) in
 the same interleaved repetitions and prints it, without touching results/bench.json: for
@@ -41,7 +44,7 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.common import load_avg_1m, spread
+from benchmarks.common import load_avg_1m, pinned_apart, spread
 from benchmarks.zero_server import ZeroServer
 from replay.driver.alloc import keep_freed_memory
 from replay.driver.fine_timer import new_loop
@@ -65,6 +68,9 @@ DRIFT_SECONDS_HTTPX = float(os.environ.get("BENCH_DRIVER_DRIFT_HTTPX_S", 3.0))
 # event loops for the drift runs: "asyncio" (what replay run uses); "uvloop" (if installed) adds
 # rows named "<transport>+uvloop", for the comparison in docs/driver.md
 DRIFT_LOOPS = os.environ.get("BENCH_DRIVER_LOOPS", "asyncio").split(",")
+# drift runs with the zero server on one core and the client on the other (pinned_apart); 0 leaves
+# both to the scheduler. `drift` mode's variant "unpinned" runs beside the pinned default.
+DRIFT_PIN = os.environ.get("BENCH_DRIVER_PIN", "1") != "0"
 MOONCAKE = Path(os.environ.get("BENCH_DRIVER_MOONCAKE", "../shared/traces/mooncake"))
 MOONCAKE_FILE = "conversation_trace.jsonl"
 MOONCAKE_SPAN_S = float(os.environ.get("BENCH_DRIVER_MOONCAKE_SPAN_S", 600.0))  # first 10 min
@@ -293,8 +299,9 @@ def run() -> dict:
                 key = f"{name}{'' if incremental else '_plain'}"
                 runs.setdefault(key, []).append(c / len(rows))
             forms = [("short", drift_trace)] + list((mooncake or {}).items())
-            for form, trace in forms:
-                drift_reps.setdefault(form, []).append(_drift_form(srv.url, form, trace))
+            with pinned_apart(_pid(srv), DRIFT_PIN) as pins:
+                for form, trace in forms:
+                    drift_reps.setdefault(form, []).append(_drift_form(srv.url, form, trace))
         base = runs["baseline"]
         ratios = {k: [b / v for b, v in zip(base, vs, strict=True)] for k, vs in runs.items()}
         out["load_avg_1m_per_repeat"] = loads
@@ -333,8 +340,10 @@ def run() -> dict:
                 reps = drift_reps["short"]
                 drift[key] = {**_median_rep(reps), "p99_ms_spread": _p99_spread(reps)}
             else:
-                drift[key] = _drift_short(srv.url, drift_trace, loop_name, name)
+                with pinned_apart(_pid(srv), DRIFT_PIN):
+                    drift[key] = _drift_short(srv.url, drift_trace, loop_name, name)
         out["drift_pool1024"] = drift
+        out["drift_pinning"] = pins
         out["drift_p99_ms"] = drift[DEFAULT_TRANSPORT]["p99_ms"]
         out["goals"] = {
             "driver_overhead_ratio>=10": out["driver_overhead_ratio"] >= 10,
@@ -353,6 +362,11 @@ def run() -> dict:
         out["load_avg_1m_end"] = load_avg_1m()
         out["cores"] = os.cpu_count()
     return out
+
+
+def _pid(srv: ZeroServer) -> int:
+    assert srv.proc is not None
+    return srv.proc.pid
 
 
 def _median_rep(reps: list[dict]) -> dict:
@@ -403,7 +417,8 @@ def run_drift() -> dict:
     repetition also runs each form the other ways, reported under `loops`: `single` sends each
     call from its own task (the calls due together not sent as one group), `whole` also writes
     each request whole at its deadline (`last_byte_sync` off), `plain` also keeps asyncio's own
-    selector (timers in whole ms). Side by side, interleaved."""
+    selector (timers in whole ms), and `unpinned` is the default with the server and the client
+    left to the scheduler (not `pinned_apart`). Side by side, interleaved."""
     keep_freed_memory()
     drift_trace = _trace(DRIFT_POOL, 40, 64, 16, 1, lambda r: r.uniform(0.0, 1.0), 3)
     mooncake = mooncake_traces()
@@ -414,9 +429,12 @@ def run_drift() -> dict:
     with tempfile.TemporaryDirectory() as tmp, ZeroServer(tmp) as srv:
         for _ in range(REPEATS):
             for loop_name in loops:
-                for form, trace in forms:
-                    got = _drift_form(srv.url, form, trace, loop_name)
-                    reps[loop_name].setdefault(form, []).append(got)
+                pin = DRIFT_PIN and loop_name != "unpinned"
+                with pinned_apart(_pid(srv), pin) as pins:
+                    for form, trace in forms:
+                        got = _drift_form(srv.url, form, trace, loop_name)
+                        reps[loop_name].setdefault(form, []).append(got)
+                out.setdefault("pinning", {})[loop_name] = pins
     for loop_name in loops:
         lr = reps[loop_name]
         one: dict = {

@@ -34,7 +34,7 @@ import orjson
 
 import replay
 from benchmarks.bench_driver import MOONCAKE_SPAN_S, MOONCAKE_SPEEDUP, _trace, mooncake_traces
-from benchmarks.common import load_avg_1m, spread
+from benchmarks.common import load_avg_1m, split_cores, spread
 from benchmarks.peers_aiperf import (
     AIPERF_VERSION,
     TOKENIZER_REPO,
@@ -170,9 +170,7 @@ def run() -> dict:
     # PYTHONDONTWRITEBYTECODE is set, when every run would compile ~70 modules (~0.1 s of CPU)
     # that no installed copy compiles. Compiled here once, as pip would.
     compileall.compile_dir(Path(replay.__file__).parent, quiet=1)
-    cores = sorted(os.sched_getaffinity(0))
-    server_cpus = {cores[0]}
-    client_cpus = set(cores[1:]) or server_cpus
+    server_cpus, client_cpus = split_cores()
     out: dict = {"load_avg_1m_start": load_avg_1m(), "cores": os.cpu_count(),
                  "server_cpus": sorted(server_cpus), "client_cpus": sorted(client_cpus),
                  "nice": NICE, "repeats": REPEATS,
