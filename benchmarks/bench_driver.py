@@ -16,7 +16,10 @@ Against a zero-latency server in a separate process (benchmarks/zero_server.py),
 4. Send drift on a real open-loop trace: the first 600 s of the Mooncake conversation trace
    (../shared/traces/mooncake) replayed 100x faster (~1,750 requests of ~14K tokens, ~290/s), as
    imported (hash blocks expanded by the replay) and as a token-id trace, in the same repetitions
-   as the default transport's short-prompt drift, so that their ratio is measured side by side.
+   as the default transport's short-prompt drift, so that their ratio is measured side by side;
+   and, as a control, the same arrivals with 64-token prompts (`schedule_short_prompts`): the
+   slice's calls arrive in bursts at 200 instants, and each form's p99 over the control's
+   (`p99_over_schedule_short_prompts`) is what the prompts' size adds to what the bursts cost.
 Every repetition records the load average: with other processes on the machine, drift measures
 the machine as much as the client. The drift runs (3 and 4) pin the zero server to one core and
 the client to the others, as `make bench-peers` does (BENCH_DRIVER_PIN=0: neither pinned): left to
@@ -75,6 +78,7 @@ MOONCAKE = Path(os.environ.get("BENCH_DRIVER_MOONCAKE", "../shared/traces/moonca
 MOONCAKE_FILE = "conversation_trace.jsonl"
 MOONCAKE_SPAN_S = float(os.environ.get("BENCH_DRIVER_MOONCAKE_SPAN_S", 600.0))  # first 10 min
 MOONCAKE_SPEEDUP = 100.0
+SCHEDULE_PROMPT_TOKENS = 64  # the control form's prompts: the short-prompt pool's first prompt
 
 
 def _trace(tasks: int, calls: int, first: int, append: int, out: int, gaps, seed: int) -> Trace:
@@ -219,7 +223,16 @@ def mooncake_traces(path: Path = MOONCAKE) -> dict[str, Trace] | None:
     blocks = Trace(full.header, keep)
     ids = [dataclasses.replace(c, append=blocks.prompt(c), keep=0, ns=None) for c in blocks.calls]
     header = TraceHeader(vocab_size=full.header.vocab_size, source="mooncake")
-    return {"imported": blocks, "token_ids": Trace(header, ids)}
+    # the control: the same arrivals (bursts included) with short prompts, so that what the
+    # prompts' size adds to the drift is told apart from what the schedule's bursts add
+    cut = SCHEDULE_PROMPT_TOKENS
+    short = [dataclasses.replace(c, append=c.append[:cut], prompt_len=min(c.prompt_len, cut))
+             for c in ids]  # fmt: skip
+    return {
+        "imported": blocks,
+        "token_ids": Trace(header, ids),
+        "schedule_short_prompts": Trace(header, short),
+    }
 
 
 def _drift_stats(rows, secs: float, lags) -> dict:
@@ -353,6 +366,8 @@ def run() -> dict:
         if mooncake is not None:
             out["drift_mooncake"] = _mooncake_summary(drift_reps, mooncake)
             for form in mooncake:
+                if form == CONTROL_FORM:
+                    continue  # a control, not one of the trace's forms: no goal of its own
                 m = out["drift_mooncake"][form]
                 out["goals"][f"mooncake_{form}_p99<=2ms"] = m["p99_ms"] <= 2.0
                 out["goals"][f"mooncake_{form}_p99<=1.5x_short"] = m["p99_over_short"] <= 1.5
@@ -367,6 +382,9 @@ def run() -> dict:
 def _pid(srv: ZeroServer) -> int:
     assert srv.proc is not None
     return srv.proc.pid
+
+
+CONTROL_FORM = "schedule_short_prompts"
 
 
 def _median_rep(reps: list[dict]) -> dict:
@@ -391,6 +409,7 @@ def _mooncake_summary(reps: dict[str, list[dict]], traces: dict[str, Trace]) -> 
             next(iter(traces.values())).prompt_tokens / len(next(iter(traces.values())))
         ),
     }
+    control = [d["p99_ms"] or 1e-9 for d in reps.get(CONTROL_FORM, [])]
     for form in traces:
         over = [d["p99_ms"] / s for d, s in zip(reps[form], short, strict=True)]
         sp = spread(over)
@@ -400,6 +419,10 @@ def _mooncake_summary(reps: dict[str, list[dict]], traces: dict[str, Trace]) -> 
             "p99_over_short": sp["median"],
             "p99_over_short_spread": sp["text"],
         }
+        if control and form != CONTROL_FORM:  # what the prompts add over the schedule alone
+            same = spread([d["p99_ms"] / c for d, c in zip(reps[form], control, strict=True)])
+            out[form]["p99_over_schedule_short_prompts"] = same["median"]
+            out[form]["p99_over_schedule_short_prompts_spread"] = same["text"]
     return out
 
 
