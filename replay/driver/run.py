@@ -61,6 +61,15 @@ def exit_code(status: str) -> int:
 GC_THRESHOLD_RUN = 100_000
 
 
+# Full collections the interpreter had made when the last `quiet_gc` block ended; None before
+# the process's first run (see quiet_gc: a run's own leftovers need one full pass afterwards).
+_FULL_PASSES_AT_LAST_RUN_END: int | None = None
+
+
+def _full_passes() -> int:
+    return int(gc.get_stats()[2]["collections"])
+
+
 @contextlib.contextmanager
 def quiet_gc(threshold: int = GC_THRESHOLD_RUN) -> Iterator[None]:
     """Keep the cyclic GC from stalling the event loop while a replay runs.
@@ -76,21 +85,26 @@ def quiet_gc(threshold: int = GC_THRESHOLD_RUN) -> Iterator[None]:
 
     Everything loaded before the run (the trace, the imported modules) is frozen out of the
     collector first (`gc.freeze`: moved to a permanent generation that no collection walks), and
-    `freeze_setup` does the same for what the run set up. Before freezing, only the young
-    generations are collected (`gc.collect(1)`): every unreachable cycle made since the last
-    generation-1 pass, which is what loading and setting up a run leaves (parse temporaries,
-    a previous run's short-lived objects), is freed here. A full pass would also walk the
-    oldest generation, the whole loaded process (with pandas: 96-122 ms a run in a quick
-    sweep, a fifth of such a run's CPU), and find almost nothing there: 10 objects a run in a
-    quick sweep, about 12,000 before a process's first run (import-time leftovers). That old
-    garbage is frozen with the rest, which costs only memory: a frozen object is never
-    examined, so it is neither freed nor finalized (no `__del__`, no weakref callback) during
-    the run. On the way out `gc.unfreeze` merges the permanent generation back into the oldest
-    generation (CPython's gcmodule.c, `gc_unfreeze_impl`), so it is collectable again and the
-    next full collection (automatic, or any `gc.collect()`) frees it, as it would have been
-    without the freeze.
+    `freeze_setup` does the same for what the run set up. On the way out `gc.unfreeze` merges
+    the permanent generation back into the oldest generation (CPython's gcmodule.c,
+    `gc_unfreeze_impl`), where the next full collection can free what died meanwhile.
+
+    What is collected before the freeze depends on whether a run ended since the last full
+    collection. Before a process's first run only the young generations are (`gc.collect(1)`):
+    every unreachable cycle made since the last generation-1 pass, which is what loading leaves;
+    a full pass would also walk the whole loaded process (with pandas: 96-122 ms in a quick
+    sweep) to find import-time leftovers (about 12,000 objects), which are frozen as memory
+    only. After a run, though, its set-up (the pool, the transport, its connections and
+    encoded-prompt cache: what `freeze_setup` froze) is garbage in the oldest generation, which
+    a young pass skips: frozen again with the next run, it was never freed, and a process that
+    ran one replay after another (a sweep, `--repeats`, `make bench`) grew by every run's
+    set-up (measured: 85 MB a run at pool 64 with 100K-token prompts, and client CPU a call
+    doubling by the third run). So the first run after a run, unless the interpreter made a full
+    collection in between, makes a full one.
     """
-    gc.collect(1)
+    global _FULL_PASSES_AT_LAST_RUN_END
+    ran = _FULL_PASSES_AT_LAST_RUN_END
+    gc.collect(2 if ran is not None and _full_passes() == ran else 1)
     gc.freeze()
     previous = gc.get_threshold()
     gc.set_threshold(threshold, *previous[1:])
@@ -99,6 +113,7 @@ def quiet_gc(threshold: int = GC_THRESHOLD_RUN) -> Iterator[None]:
     finally:
         gc.set_threshold(*previous)
         gc.unfreeze()
+        _FULL_PASSES_AT_LAST_RUN_END = _full_passes()
 
 
 def freeze_setup() -> None:
