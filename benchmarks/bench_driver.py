@@ -78,6 +78,7 @@ MOONCAKE = Path(os.environ.get("BENCH_DRIVER_MOONCAKE", "../shared/traces/moonca
 MOONCAKE_FILE = "conversation_trace.jsonl"
 MOONCAKE_SPAN_S = float(os.environ.get("BENCH_DRIVER_MOONCAKE_SPAN_S", 600.0))  # first 10 min
 MOONCAKE_SPEEDUP = 100.0
+CONTROL_FORM = "schedule_short_prompts"  # the Mooncake arrivals with short prompts: no goal
 SCHEDULE_PROMPT_TOKENS = 64  # the control form's prompts: the short-prompt pool's first prompt
 
 
@@ -231,7 +232,7 @@ def mooncake_traces(path: Path = MOONCAKE) -> dict[str, Trace] | None:
     return {
         "imported": blocks,
         "token_ids": Trace(header, ids),
-        "schedule_short_prompts": Trace(header, short),
+        CONTROL_FORM: Trace(header, short),
     }
 
 
@@ -382,9 +383,6 @@ def run() -> dict:
 def _pid(srv: ZeroServer) -> int:
     assert srv.proc is not None
     return srv.proc.pid
-
-
-CONTROL_FORM = "schedule_short_prompts"
 
 
 def _median_rep(reps: list[dict]) -> dict:

@@ -1,9 +1,9 @@
 """The run's GC policy (`quiet_gc`, `freeze_setup`): no full collection walks the process loaded
 before a run unless a run ended since the last full one, garbage made before the run is still
 collected, and a run's set-up does not outlive it in a process that runs one replay after
-another. Real runs on the simulator;
-real reference cycles, seen through weakref callbacks. Automatic collections are switched off
-while each test runs, so every collection seen is one the run asked for."""
+another. Real runs on the simulator; real reference cycles, seen through weakref callbacks.
+Automatic collections are switched off while each test runs, so every collection seen is one
+the run asked for."""
 
 from __future__ import annotations
 
