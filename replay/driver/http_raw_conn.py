@@ -205,25 +205,34 @@ class RawConnection(asyncio.Protocol):
         """Write `chunks` as one request now, without waiting: the response is read from here
         on, and `finish` (which must follow, or `abort`) waits for it. Raises `StaleConnection`
         if the connection is already lost."""
-        loop = self.pool.loop
+        self.write_request(chunks)
+        return self.arm(acc, deadline_s)
+
+    def write_request(self, chunks: list) -> None:
+        """`begin`'s first half: write `chunks` as one request. `arm` must follow in the same
+        loop callback: no response byte is delivered before the callback returns, so arming
+        after the write loses nothing, and the writes of a burst go out back to back (a byte
+        that came before `arm` would still drop the connection, as any unasked byte does).
+        Raises `StaleConnection` if the connection is already lost (nothing written)."""
+        if self.lost:
+            raise StaleConnection("closed before the request was written")
+        transport = self.transport
+        assert transport is not None
         self._reset()
+        self._write(transport, chunks)
+        # a write that failed leaves an empty buffer too, but a closing transport
+        if not transport.is_closing() and transport.get_write_buffer_size() == 0:
+            self._written_all = True
+
+    def arm(
+        self, acc: SseAccumulator | None, deadline_s: float
+    ) -> tuple[asyncio.Future, asyncio.TimerHandle]:
+        """`begin`'s second half: read the response of the request `write_request` wrote."""
+        loop = self.pool.loop
         self._acc = acc
         self._parser = httptools.HttpResponseParser(self)
         fut = self._fut = loop.create_future()
-        timer = loop.call_at(deadline_s, self._timed_out)
-        try:
-            if self.lost:
-                raise StaleConnection("closed before the request was written")
-            transport = self.transport
-            assert transport is not None
-            self._write(transport, chunks)
-            # a write that failed leaves an empty buffer too, but a closing transport
-            if not transport.is_closing() and transport.get_write_buffer_size() == 0:
-                self._written_all = True
-        except BaseException:
-            self._end(timer)
-            raise
-        return fut, timer
+        return fut, loop.call_at(deadline_s, self._timed_out)
 
     async def finish(self, begun: tuple[asyncio.Future, asyncio.TimerHandle]):
         """Wait for the response of the request `begin` wrote (result of `_finish`)."""

@@ -121,11 +121,13 @@ class AheadWindow:
         stage: Callable[[CompletionRequest], bool] | None = None,
         unstage: Callable[[CompletionRequest], None] | None = None,
         fire: Callable[[CompletionRequest, asyncio.Task | None], bool] | None = None,
+        fired: Callable[[], None] | None = None,
     ) -> None:
         self._prepare = prepare
         self._stage = stage
         self._unstage = unstage
         self._fire = fire
+        self._fired = fired  # after a group's `fire`s, in the same callback (the transport's arm)
         self.tokens = 0  # prompt tokens of the bodies built and not yet sent
         self.build_s_per_token = _BUILD_S_PER_TOKEN  # running estimate, from measured builds
         self._due: list[float] = []  # heap: deadlines of calls waiting in `until`
@@ -257,18 +259,24 @@ class AheadWindow:
 
     def _fire_due(self, loop: asyncio.AbstractEventLoop, t_ready: float) -> None:
         """Send every built call due at `t_ready` (`fire`: a staged one's last byte, another's
-        whole request), in the order they joined; each waiting task gets the time of its own
-        send, or None where `fire` sent nothing (its task sends it)."""
+        whole request), in the order they joined, back to back: the transport arms the responses
+        (`fired`) and the waiting tasks get their results only after the last write. Each task
+        gets the time of its own send, or None where `fire` sent nothing (its task sends it)."""
         assert self._fire is not None
-        fired = 0
+        fire = self._fire
+        done: list[tuple[asyncio.Future, float | None]] = []
         for req, task, fut in self._groups.pop(t_ready, ()):
             if fut.done():  # its task was cancelled: `until` unstages it
                 continue
             t_send = loop.time()
-            sent = self._fire(req, task)
-            fired += sent
-            if not fut.done():  # else cancelled by the fire itself: `until` unstages it
-                fut.set_result(t_send if sent else None)
+            done.append((fut, t_send if fire(req, task) else None))
+        if self._fired is not None:
+            self._fired()
+        fired = 0
+        for fut, t_send in done:
+            fired += t_send is not None
+            if not fut.done():  # else cancelled by a fire: `until` unstages it
+                fut.set_result(t_send)
         if fired:
             self.fired_calls += fired
             self.fired_groups += 1
@@ -303,7 +311,9 @@ def ahead_window(
     if options.last_byte_sync and options.max_inflight is None and options.max_rps is None:
         stage = getattr(transport, "stage", None)
         unstage = getattr(transport, "unstage", None)
-    return AheadWindow(prepare, stage, unstage, fire if stage is not None else None)
+    if stage is None:
+        return AheadWindow(prepare)
+    return AheadWindow(prepare, stage, unstage, fire, getattr(transport, "arm_fired", None))
 
 
 async def probe_lag(loop: asyncio.AbstractEventLoop, lags_s: list[float]) -> None:
