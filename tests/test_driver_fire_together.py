@@ -29,13 +29,21 @@ class Noted(Watched):
         super().__init__(url, prewarm)
         self.fired_in_task: list[bool] = []
         self.on_fire = None  # called after each fire, for the stop test
+        self.events: list[str] = []  # "fire <task>" per write, "arm <n>" per arming of n calls
 
     def fire(self, request: CompletionRequest) -> bool:
         fired = super().fire(request)
+        if fired:
+            self.events.append(f"fire {request.task}")
         self.fired_in_task.append(asyncio.current_task() is not None)
         if self.on_fire is not None:
             self.on_fire()
         return fired
+
+    def arm_fired(self) -> None:
+        if self._unarmed:
+            self.events.append(f"arm {len(self._unarmed)}")
+        super().arm_fired()
 
 
 def _windows(monkeypatch) -> list[pacing.AheadWindow]:
@@ -65,6 +73,8 @@ def test_a_burst_goes_out_from_one_callback_in_arrival_order(monkeypatch):
     assert transport.fired == burst  # the whole burst, in arrival order (the first call at t0
     # was due when built: its task sent it)
     assert transport.fired_in_task[-6:] == [False] * 6  # from the loop, not from their tasks
+    # every write of the burst went out before any of its responses was armed, all at once
+    assert transport.events == [f"fire {t}" for t in burst] + ["arm 6"]
     (window,) = windows
     assert (window.fired_groups, window.fired_calls) == (1, 6)
     rows = {r["task"]: r for r in result.rows}
@@ -113,32 +123,42 @@ def _req(task: str, n: int = 10) -> CompletionRequest:
 def test_the_window_groups_by_deadline_and_skips_a_cancelled_call():
     """Three calls at one deadline and one at another: one timer each deadline; the call
     cancelled before its deadline is not fired but unstaged; a call `fire` refuses gets None
-    (its task sends it)."""
+    (its task sends it). The `fired` hook runs once per group, after its last fire and before
+    any of its tasks hears of its send."""
     fired: list[str] = []
     unstaged: list[str] = []
+    resolved_at_hook: list[int] = []
 
     def fire(req: CompletionRequest, task) -> bool:
         fired.append(req.task)
         return req.task != "refused"
 
+    def after_group() -> None:
+        fired.append("|")
+        resolved_at_hook.append(sum(t.done() for t in tasks.values()))
+
     async def main():
         loop = asyncio.get_running_loop()
-        window = pacing.AheadWindow(lambda r: None, lambda r: False, lambda r: unstaged.append(r.task), fire)  # fmt: skip
+        window = pacing.AheadWindow(lambda r: None, lambda r: False, lambda r: unstaged.append(r.task), fire, after_group)  # fmt: skip
         t = loop.time() + 0.05
         names = ["a", "cancelled", "refused", "later"]
-        tasks = {
-            n: loop.create_task(
-                window.until(loop, _req(n), t + (0.02 if n == "later" else 0), True)
-            )
-            for n in names
-        }
+        tasks.update(
+            {
+                n: loop.create_task(
+                    window.until(loop, _req(n), t + (0.02 if n == "later" else 0), True)
+                )
+                for n in names
+            }
+        )
         await asyncio.sleep(0.01)
         tasks["cancelled"].cancel()
         got = await asyncio.gather(*tasks.values(), return_exceptions=True)
         return window, dict(zip(names, got, strict=True)), t
 
+    tasks: dict[str, asyncio.Task] = {}
     window, got, t = asyncio.run(main())
-    assert fired == ["a", "refused", "later"]
+    assert fired == ["a", "refused", "|", "later", "|"]
+    assert resolved_at_hook == [1, 3]  # only the cancelled one, then all but `later`
     assert unstaged == ["cancelled"]
     assert isinstance(got["cancelled"], asyncio.CancelledError)
     assert got["refused"] is None
