@@ -268,8 +268,8 @@ class AheadWindow:
         for req, task, fut in self._groups.pop(t_ready, ()):
             if fut.done():  # its task was cancelled: `until` unstages it
                 continue
-            t_send = loop.time()
-            done.append((fut, t_send if fire(req, task) else None))
+            t = loop.time()
+            done.append((fut, t if fire(req, task) else None))
         if self._fired is not None:
             self._fired()
         fired = 0
