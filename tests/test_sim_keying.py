@@ -91,18 +91,40 @@ def test_common_prefix():
 
 def test_token_mix_table_gives_the_direct_mix_for_any_int32_id():
     """The per-token mix comes from a table grown to the largest id seen; negative ids and ids
-    past the table's limit are mixed directly. Every id must mix exactly as the formula does."""
+    past the table's limit are mixed directly. Every id must mix exactly as the formula does,
+    and keys must not depend on whether the table covered an id when its call was keyed."""
     from replay.sim.keying import _TOKEN_MUL
+    from replay.sim.keying_kernel import mix_tokens
     from replay.trace.tokens import splitmix64
 
     k = TaskKeyer(4)
+    cold = TaskKeyer(4)
     batches = [
         np.array([0, 1, 2, 3, 7, 7, 9, 11], np.int32),  # builds the table
         np.array([5, 300, 70000, 4], np.int32),  # grows it
         np.array([-1, 3, -(2**31), 2], np.int32),  # negative ids
         np.array([2**31 - 1, 1 << 21, 6, 0], np.int32),  # past the table's limit
     ]
-    for tokens in batches:
+    for i, tokens in enumerate(batches):
         want = splitmix64(tokens.astype(np.uint64) * _TOKEN_MUL)
-        assert k._token_mix(tokens).tolist() == want.tolist()
+        assert mix_tokens(tokens, k._tokmix).tolist() == want.tolist()
+        assert mix_tokens(tokens, np.empty(0, np.uint64)).tolist() == want.tolist()
+        got = k.keys(f"t{i}", tokens, np.empty(0, np.int32))
+        cold._tokmix = np.empty(0, np.uint64)  # every id mixed directly
+        assert got.tolist() == cold.keys(f"t{i}", tokens, np.empty(0, np.int32)).tolist()
     assert len(k._tokmix) == 70001  # grown to the largest id in range, never to the large ones
+
+
+def test_the_id_table_grows_without_renumbering():
+    """Ids survive the table's rehashes: keying past many growths gives what one large table
+    gives, and a prefix seen before keeps its id."""
+    rng = np.random.default_rng(5)
+    small, large = TaskKeyer(2), TaskKeyer(2)
+    large._room(1 << 16)
+    for i in range(60):
+        prompt = rng.integers(0, 50, size=int(rng.integers(1, 400)), dtype=np.int32)
+        out = rng.integers(0, 50, size=3, dtype=np.int32)
+        task = f"t{i % 7}"
+        assert small.keys(task, prompt, out).tolist() == large.keys(task, prompt, out).tolist()
+    assert len(small) == len(large) > 4096 // 2
+    assert len(small._tab_keys) > 1 << 12

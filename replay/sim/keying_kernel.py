@@ -1,0 +1,179 @@
+"""Compiled half of `replay.sim.keying`: one call's block keys in one pass, dense ids in a flat table.
+
+`TaskKeyer.keys` did this as a dozen numpy operations and a Python dict of every prefix hash seen
+(287K on the paper-scale point, one cache miss per insert); here it is one numba call per request:
+the common prefix with the task's previous context, each new block's content hash, the prefix
+chain, and the dense id of each prefix hash from an open-addressing table held in two arrays.
+The arithmetic is `keying`'s exactly (uint64, wrapping), so the keys are the same ids bit for bit.
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+__all__ = ["EMPTY", "GOLDEN", "key_blocks", "mix_tokens", "rehash"]
+
+GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+_M1 = np.uint64(0xBF58476D1CE4E5B9)
+_M2 = np.uint64(0x94D049BB133111EB)
+_S30, _S27, _S31 = np.uint64(30), np.uint64(27), np.uint64(31)
+TOKEN_MUL = np.uint64(0xD6E8FEB86659FD93)
+EMPTY = -1  # a free slot of the id table
+_RUN = 64  # tokens compared per unrolled run of the prefix compare
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _splitmix(z):  # pragma: no cover - compiled
+    z = z + GOLDEN
+    z = (z ^ (z >> _S30)) * _M1
+    z = (z ^ (z >> _S27)) * _M2
+    return z ^ (z >> _S31)
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _mix(t, table):  # pragma: no cover - compiled
+    """A token's mix: the table's entry for ids it covers, else splitmix64(int64(t) * MUL) with
+    the id sign-extended (what `astype(np.uint64)` gives a negative int32)."""
+    if 0 <= t < table.shape[0]:
+        return table[t]
+    return _splitmix(np.uint64(np.int64(t)) * TOKEN_MUL)
+
+
+@numba.njit(cache=True, nogil=True)
+def mix_tokens(tokens, table):  # pragma: no cover - compiled
+    """The mix of each token (tests compare it with the vectorized formula)."""
+    out = np.empty(tokens.shape[0], dtype=np.uint64)
+    for i in range(tokens.shape[0]):
+        out[i] = _mix(tokens[i], table)
+    return out
+
+
+@numba.njit(cache=True, nogil=True)
+def _common(a, b, n):  # pragma: no cover - compiled
+    """Common prefix of a[:n] and b[:n]: whole runs first (no early exit inside, so the compare
+    vectorizes), then token by token inside the run that differs."""
+    i = 0
+    while i + _RUN <= n:
+        diff = 0
+        for j in range(_RUN):
+            diff |= a[i + j] ^ b[i + j]
+        if diff != 0:
+            break
+        i += _RUN
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
+@numba.njit(cache=True, nogil=True)
+def _prefix_len(pprompt, pout, prompt, output, cap):  # pragma: no cover - compiled
+    """Common prefix, up to `cap` tokens, of (pprompt + pout) and (prompt + output). Each side is
+    two pieces: compare piece against piece, each from its own start."""
+    na, nb = pprompt.shape[0], prompt.shape[0]
+    cp = 0
+    while cp < cap:
+        if cp < na and cp < nb:
+            n = min(na, nb, cap) - cp
+            k = _common(pprompt[cp:], prompt[cp:], n)
+        elif cp < na:
+            n = min(na, nb + output.shape[0], cap) - cp
+            k = _common(pprompt[cp:], output[cp - nb :], n)
+        elif cp < nb:
+            n = min(na + pout.shape[0], nb, cap) - cp
+            k = _common(pout[cp - na :], prompt[cp:], n)
+        else:
+            n = min(na + pout.shape[0], nb + output.shape[0], cap) - cp
+            k = _common(pout[cp - na :], output[cp - nb :], n)
+        if n <= 0:
+            break
+        cp += k
+        if k < n:
+            break
+    return cp
+
+
+@numba.njit(cache=True, nogil=True)
+def _dense_id(h, tab_keys, tab_vals, n_ids):  # pragma: no cover - compiled
+    """(id, new): the dense id of prefix hash `h`, numbering it `n_ids` if unseen. Linear probing
+    from the hash's low bits (a splitmix64 output chained by odd multipliers: well mixed)."""
+    mask = np.uint64(tab_keys.shape[0] - 1)
+    i = np.int64(h & mask)
+    while True:
+        v = tab_vals[i]
+        if v == EMPTY:
+            tab_keys[i] = h
+            tab_vals[i] = n_ids
+            return n_ids, True
+        if tab_keys[i] == h:
+            return v, False
+        i = np.int64((np.uint64(i) + np.uint64(1)) & mask)
+
+
+@numba.njit(cache=True, nogil=True)
+def rehash(tab_keys, tab_vals, new_keys, new_vals):  # pragma: no cover - compiled
+    """Move every entry into a larger table (new arrays filled with EMPTY values)."""
+    mask = np.uint64(new_keys.shape[0] - 1)
+    for j in range(tab_keys.shape[0]):
+        v = tab_vals[j]
+        if v == EMPTY:
+            continue
+        h = tab_keys[j]
+        i = np.int64(h & mask)
+        while new_vals[i] != EMPTY:
+            i = np.int64((np.uint64(i) + np.uint64(1)) & mask)
+        new_keys[i] = h
+        new_vals[i] = v
+
+
+@numba.njit(cache=True, nogil=True)
+def key_blocks(
+    prompt,
+    output,
+    pprompt,
+    pout,
+    pkeys,
+    ppre,
+    b,
+    tokmix,
+    tokw,
+    pw,
+    pwinv,
+    tab_keys,
+    tab_vals,
+    n_ids,
+):  # pragma: no cover - compiled
+    """Keys and raw prefix hashes of the full blocks of (prompt + output), reusing the first
+    blocks shared with the previous context (pprompt + pout, keyed pkeys / ppre; empty arrays
+    for a task's first call). Returns (keys, pre, n_ids after, largest id the mix table missed
+    or -1). `pw` / `pwinv` hold powers of M and M^-1 past the block count."""
+    n_p = prompt.shape[0]
+    n = (n_p + output.shape[0]) // b
+    keys = np.empty(n, dtype=np.int64)
+    pre = np.empty(n, dtype=np.uint64)
+    cap = min(pkeys.shape[0], n) * b
+    r = _prefix_len(pprompt, pout, prompt, output, cap) // b if cap > 0 else 0
+    for i in range(r):
+        keys[i] = pkeys[i]
+        pre[i] = ppre[i]
+    missed = -1
+    acc = np.uint64(0)
+    if r > 0:
+        acc = ppre[r - 1] * pwinv[r - 1]
+    for i in range(r, n):
+        s = np.uint64(0)
+        base = i * b
+        for j in range(b):
+            k = base + j
+            t = prompt[k] if k < n_p else output[k - n_p]
+            if t >= tokmix.shape[0] and t > missed:
+                missed = t
+            s += _mix(t, tokmix) * tokw[j]
+        acc += _splitmix(s) * pwinv[i]
+        p = acc * pw[i]
+        pre[i] = p
+        kid, new = _dense_id(p, tab_keys, tab_vals, n_ids)
+        keys[i] = kid
+        if new:
+            n_ids += 1
+    return keys, pre, n_ids, missed
