@@ -19,9 +19,9 @@ from collections import deque
 
 import numpy as np
 
-__all__ = ["DeviceTier"]
+from replay.sim import device_kernel as kern
 
-_FEW = 4  # evictions up to this many blocks take the scalar path
+__all__ = ["DeviceTier"]
 
 
 class DeviceTier:
@@ -85,15 +85,13 @@ class DeviceTier:
             return 0
         if self.grow:
             self._ensure(int(keys.max()))
-        r = self._resident[keys]
-        i = int(r.argmin())  # the first non-resident key, or 0 when all are resident
-        return i if not r[i] else len(keys)
+        return int(kern.match(self._resident, keys))
 
     def free_among(self, keys: np.ndarray) -> int:
         """How many of these resident keys are free (would stop being evictable if acquired)."""
         if len(keys) == 0:
             return 0
-        return int(np.count_nonzero(self._refcnt[keys] == 0))
+        return int(kern.free_among(self._refcnt, keys))
 
     def is_resident(self, key: int) -> bool:
         return key < len(self._resident) and bool(self._resident[key])
@@ -107,15 +105,7 @@ class DeviceTier:
         """Take a reference on resident keys (a prefix hit); free ones leave the eviction queue."""
         if len(keys) == 0:
             return
-        rc = self._refcnt[keys]
-        was_free = rc == 0
-        n = int(np.count_nonzero(was_free))
-        if n:
-            self.n_free -= n
-            # a task's next call usually takes back its whole context, all of it free
-            self._prio[keys if n == len(keys) else keys[was_free]] = -1
-        rc += 1
-        self._refcnt[keys] = rc
+        self.n_free -= int(kern.acquire(self._refcnt, self._prio, keys))
 
     def allocate(self, n: int) -> np.ndarray | None:
         """Hold `n` anonymous blocks, evicting free blocks as needed. Returns the evicted keys, or
@@ -145,14 +135,9 @@ class DeviceTier:
             raise AssertionError("register without enough anonymous blocks held")
         if self.grow:
             self._ensure(int(keys.max()))
-        res = self._resident[keys]
-        new = keys
-        if res.any():  # rare: another request computed some of these blocks meanwhile
-            new = keys[~res]
-            self.acquire(keys[res])
-        self._resident[new] = True
-        self._refcnt[new] = 1
-        self.n_cached += len(new)
+        new, was_free = kern.register(self._resident, self._refcnt, self._prio, keys)
+        self.n_cached += int(new)
+        self.n_free -= int(was_free)
         self.n_anon -= len(keys)
 
     def release(self, keys: np.ndarray) -> None:
@@ -160,106 +145,72 @@ class DeviceTier:
         eviction queue as one run, tail first."""
         if len(keys) == 0:
             return
-        rc = self._refcnt[keys]
-        rc -= 1
-        if rc.min() < 0:
-            raise AssertionError("refcount would go negative")
-        self._refcnt[keys] = rc
-        # usually the last holder lets go of all of them: no mask to gather through
-        freed = keys[::-1] if not rc.any() else keys[rc == 0][::-1]
-        if len(freed):
-            self._push(freed)
-            self.n_free += len(freed)
-
-    def _push(self, freed: np.ndarray) -> None:
-        m = len(freed)
-        if self._n + m > len(self._buf):
-            live = self._buf[self._head : self._n]
-            size = len(self._buf)
-            while size < 2 * (len(live) + m):
-                size *= 2
-            buf = np.empty(size, dtype=np.int64)
-            buf[: len(live)] = live
-            self._base += self._head
-            self._n -= self._head
-            self._head = 0
-            self._buf = buf
+        self._room(len(keys))
         start = self._n
-        self._buf[start : start + m] = freed
-        self._prio[freed] = self._base + start + np.arange(m, dtype=np.int64)
-        self._n += m
-        if self.eviction == "session":
-            self._run_ends.append(self._base + self._n)
+        m = int(kern.release(self._refcnt, self._prio, self._buf, start, self._base, keys))
+        if m < 0:
+            raise AssertionError("refcount would go negative")
+        if m:
+            self._n += m
+            self.n_free += m
+            if self.eviction == "session":
+                self._run_ends.append(self._base + self._n)
+
+    def _room(self, m: int) -> None:
+        """Room for `m` more queue entries: drop the consumed head, doubling the buffer as needed
+        (entries keep their order, so eviction does not depend on when this happens)."""
+        if self._n + m <= len(self._buf):
+            return
+        live = self._buf[self._head : self._n]
+        size = len(self._buf)
+        while size < 2 * (len(live) + m):
+            size *= 2
+        buf = np.empty(size, dtype=np.int64)
+        buf[: len(live)] = live
+        self._base += self._head
+        self._n -= self._head
+        self._head = 0
+        self._buf = buf
 
     # -- eviction -------------------------------------------------------------------------------
 
     def _evict(self, need: int) -> np.ndarray:
-        if self.eviction == "block" and need <= _FEW:
-            few = self._evict_few(need)
-            if few is not None:
-                return few
-        out: list[np.ndarray] = []
-        got = 0
-        prio, buf = self._prio, self._buf
-        window = need + 64
-        while got < need:
-            head = self._head
-            if head >= self._n:
+        if self.eviction == "block":
+            head, ev = kern.evict_block(
+                self._resident, self._prio, self._buf, self._head, self._n, self._base, need
+            )
+            if head < 0:
                 raise AssertionError("eviction queue empty while free blocks are counted")
-            if self.eviction == "block":
-                end = min(self._n, head + window)
-            else:  # a whole release at a time
-                while self._run_ends and self._run_ends[0] - self._base <= head:
-                    self._run_ends.popleft()
-                end = self._run_ends.popleft() - self._base
-            seg = buf[head:end]
-            valid = prio[seg] == self._base + head + np.arange(len(seg), dtype=np.int64)
-            pos = np.flatnonzero(valid)
-            if self.eviction == "block" and len(pos) > need - got:
-                take = pos[: need - got]
-                self._head = head + int(take[-1]) + 1
-            else:
-                take = pos
-                self._head = end
-                window *= 2  # sparse stretch of stale entries: look further at once
-            if len(take):
-                victims = seg[take]
-                self._resident[victims] = False
-                prio[victims] = -1
-                out.append(victims)
-                got += len(victims)
-        ev = np.concatenate(out) if len(out) != 1 else out[0]
+            self._head = int(head)
+        else:
+            ev = self._evict_sessions(need)
         self.n_cached -= len(ev)
         self.n_free -= len(ev)
         self.evicted_blocks += len(ev)
         return ev
 
-    def _evict_few(self, need: int) -> np.ndarray | None:
-        """`_evict` for a few blocks (a decode crossing a block boundary, the common case),
-        scanning the queue head one entry at a time instead of with vector ops; None (nothing
-        changed) when stale entries make the scan long, for the vector path to do instead."""
-        buf, prio = self._buf, self._prio
-        head, n, base = self._head, self._n, self._base
-        victims: list[int] = []
-        stop = min(n, head + 4 * _FEW)
-        i = head
-        while i < stop:
-            k = int(buf[i])
-            if prio[k] == base + i:
-                victims.append(k)
-                if len(victims) == need:
-                    break
-            i += 1
-        else:
-            return None
-        ev = np.array(victims, dtype=np.int64)
-        self._head = i + 1
-        self._resident[ev] = False
-        prio[ev] = -1
-        self.n_cached -= need
-        self.n_free -= need
-        self.evicted_blocks += need
-        return ev
+    def _evict_sessions(self, need: int) -> np.ndarray:
+        """Whole releases, least recently freed first, until `need` blocks are evicted."""
+        out: list[np.ndarray] = []
+        got = 0
+        prio, buf = self._prio, self._buf
+        while got < need:
+            head = self._head
+            if head >= self._n:
+                raise AssertionError("eviction queue empty while free blocks are counted")
+            while self._run_ends and self._run_ends[0] - self._base <= head:
+                self._run_ends.popleft()
+            end = self._run_ends.popleft() - self._base
+            seg = buf[head:end]
+            valid = prio[seg] == self._base + head + np.arange(len(seg), dtype=np.int64)
+            victims = seg[np.flatnonzero(valid)]
+            self._head = end
+            if len(victims):
+                self._resident[victims] = False
+                prio[victims] = -1
+                out.append(victims)
+                got += len(victims)
+        return np.concatenate(out) if len(out) != 1 else out[0]
 
     def clear(self) -> None:
         """Drop every free cached block (the engine's reset_prefix_cache); held blocks stay."""
