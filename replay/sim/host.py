@@ -16,6 +16,8 @@ from collections import deque
 
 import numpy as np
 
+from replay.sim import host_kernel as kern
+
 __all__ = ["HostTier"]
 
 
@@ -94,16 +96,23 @@ class HostTier:
         if len(keys) == 0:
             return 0
         self._ensure(keys)
-        p = self._present[keys]
-        self._touch(keys[p])
-        i = int(p.argmin())  # the first absent key, or 0 when all are present
-        return i if not p[i] else len(keys)
+        rid = self._next_run
+        if rid >= len(self._run_valid):
+            self._run_valid = np.concatenate([self._run_valid, np.zeros_like(self._run_valid)])
+        first, touched = kern.lookup(
+            self._present, self._stamp, self._run_of, self._run_valid, keys, self._next, rid
+        )
+        if len(touched):  # one queue run, as `_touch` makes
+            self._next += len(touched)
+            self._next_run += 1
+            self._runs.append([touched, self._next - len(touched), 0, rid])
+        return int(first)
 
     def missing(self, keys: np.ndarray) -> np.ndarray:
         if len(keys) == 0:
             return keys
         self._ensure(keys)
-        return keys[~self._present[keys]]
+        return kern.missing(self._present, keys)
 
     def mark_read(self, keys: np.ndarray) -> None:
         """These chunks were restored into the device (a read)."""
