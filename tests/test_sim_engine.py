@@ -361,3 +361,22 @@ def test_blocking_transfers_stall_every_running_request_overlapped_ones_do_not()
     # restore and the writes of its new chunks)
     assert x_block.t_end - x_over.t_end > stall_s
     assert x_over.t_end < x_block.t_end
+
+
+def test_compiled_decode_stretch_is_numpys_running_sum_bit_for_bit():
+    """`CostModel.decode_cum_s` (compiled) must give the bits `np.cumsum(decode_steps_s)` gives,
+    or every later simulated time would move."""
+    import random
+
+    from replay.model.presets import HARDWARE, MODELS
+    from replay.sim.cost import CostModel
+
+    rng = random.Random(11)
+    for model, hw in (("qwen3-coder-30b-a3b", "h20"), ("llama-3-70b", "h100")):
+        cost = CostModel(MODELS[model], HARDWARE[hw], tp=rng.choice([1, 2, 8]), efficiency=0.7)
+        cost.overhead_s = rng.choice([0.0, 0.003])
+        for _ in range(50):
+            n, ctx, steps = rng.randint(1, 64), rng.randint(0, 2_000_000), rng.randint(1, 4096)
+            want = np.cumsum(cost.decode_steps_s(n, ctx, steps))
+            got = cost.decode_cum_s(n, ctx, steps)
+            assert got.dtype == want.dtype and got.tobytes() == want.tobytes()

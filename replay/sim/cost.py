@@ -11,6 +11,7 @@ A host-link transfer costs its bytes at `link_efficiency` of the link's one-dire
 
 from __future__ import annotations
 
+import numba
 import numpy as np
 
 from replay.model.presets import HardwarePreset, ModelPreset
@@ -73,6 +74,37 @@ class CostModel:
         by = self.weight_bytes(n_decode) + ctx * self.kv_bytes_per_token
         return np.maximum(flops / self.flops_s, by / self.hbm_s) + self.overhead_s
 
+    def decode_cum_s(self, n_decode: int, ctx_tokens: int, steps: int) -> np.ndarray:
+        """End offsets of `steps` consecutive decode-only steps: `decode_steps_s`' running sum,
+        compiled (the same operations in the same order, so the same bits as numpy's)."""
+        return _decode_cum(
+            float(n_decode),
+            float(ctx_tokens),
+            steps,
+            self.lin * n_decode,
+            self.attn,
+            self.weight_bytes(n_decode),
+            float(self.kv_bytes_per_token),
+            self.flops_s,
+            self.hbm_s,
+            self.overhead_s,
+        )
+
     def transfer_s(self, tokens: int, chunks: int = 0) -> float:
         """Time to move `tokens` tokens of KV (per rank), in `chunks` chunks, over the host link."""
         return tokens * self.kv_bytes_per_token / self.link_s + chunks * self.transfer_overhead_s
+
+
+@numba.njit(cache=True, nogil=True)
+def _decode_cum(
+    n_decode, ctx_tokens, steps, lin_flops, attn, weight_bytes, kv_bytes, flops_s, hbm_s, overhead_s
+):  # pragma: no cover - compiled
+    out = np.empty(steps, dtype=np.float64)
+    acc = 0.0
+    for i in range(steps):
+        ctx = ctx_tokens + n_decode * float(i)
+        flops = lin_flops + attn * ctx
+        by = weight_bytes + ctx * kv_bytes
+        acc += max(flops / flops_s, by / hbm_s) + overhead_s
+        out[i] = acc
+    return out

@@ -120,5 +120,8 @@ class FittedCostModel:
         step = self.costs.decode_step_s + self.costs.decode_s_per_seq * n_decode
         return np.full(steps, step, dtype=np.float64)
 
+    def decode_cum_s(self, n_decode: int, ctx_tokens: int, steps: int) -> np.ndarray:
+        return np.cumsum(self.decode_steps_s(n_decode, ctx_tokens, steps))
+
     def transfer_s(self, tokens: int, chunks: int = 0) -> float:
         return self.costs.restore_s_per_token * tokens + self.costs.restore_s_per_chunk * chunks

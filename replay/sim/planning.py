@@ -137,7 +137,7 @@ class StepPlanner:
         steps = min(min(s.output_len - s.generated for s in decode), self.max_stretch)
         steps = self._steps_that_fit(decode, steps)
         ctx = sum(s.kv for s in decode)
-        cum = np.cumsum(self.cost.decode_steps_s(len(decode), ctx, steps))
+        cum = self.cost.decode_cum_s(len(decode), ctx, steps)
         timer = self.next_timer()
         if timer is not None and timer > now:
             k = int(np.searchsorted(cum, timer - now, side="left")) + 1
