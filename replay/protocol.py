@@ -43,7 +43,9 @@ class CompletionResult:
     cached_by_source: dict[str, int] | None = (
         None  # e.g. SGLang's per-tier details, sim's device/host
     )
-    output_ids: list[int] | None = None  # returned token ids, when the server returns them
+    # returned token ids, when the server returns them (the in-process simulator hands back the
+    # forced int32 array itself: it generates exactly those)
+    output_ids: list[int] | np.ndarray | None = None
     extra: dict = field(default_factory=dict)  # engine-specific fields worth keeping (timings, ...)
     # Token-level stream times (loop time), for inter-token latency and time to second token:
     # when the second and the last output token arrived, and how many tokens the stream carried

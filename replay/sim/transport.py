@@ -101,7 +101,7 @@ class SimTransport:
             completion_tokens=seq.output_len,
             cached_tokens=seq.cached_tokens,
             cached_by_source={"device": seq.device_hit_tokens, "host": seq.host_restore_tokens},
-            output_ids=None if forced is None else forced.tolist(),
+            output_ids=forced,
             extra={
                 "device_hit_tokens": seq.device_hit_tokens,
                 "host_restore_tokens": seq.host_restore_tokens,
