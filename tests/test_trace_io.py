@@ -131,16 +131,23 @@ def test_round_trip_is_exact(tmp_path: Path, trace: Trace, gz: bool) -> None:
 @settings(max_examples=100, deadline=None)
 @given(trace=traces())
 def test_expanded_id_prompts_are_the_kept_context_plus_the_appended_ids(trace: Trace) -> None:
-    """`steps` builds each prompt in one copy; the plain definition builds the whole context
-    (previous prompt + its output ids) first and keeps a prefix of it."""
+    """`steps` writes each prompt's new tokens into one growing buffer per task; the plain
+    definition builds the whole context (previous prompt + its output ids) first and keeps a
+    prefix of it. Every prompt must still hold its tokens after the task's later calls were
+    expanded (they share memory), and none can be written through."""
     if trace.header.tokens != "ids":
         return
     for task in trace.task_ids:
         ctx = np.empty(0, np.int32)
+        seen: list[tuple[np.ndarray, np.ndarray]] = []
         for step in trace.steps(task):
             want = np.concatenate([ctx[: step.call.keep], step.call.append])
             assert step.prompt.dtype == np.int32 and np.array_equal(step.prompt, want)
+            assert not step.prompt.flags.writeable
+            seen.append((step.prompt, want))
             ctx = np.concatenate([want, trace.output_ids(step.call)])
+        for got, want in seen:
+            assert np.array_equal(got, want)
 
 
 def test_gzip_detected_by_content_and_written_by_name(tmp_path: Path) -> None:

@@ -137,18 +137,29 @@ class Trace:
         return output_tokens(call.task, call.index, call.output_len, self.header.vocab_size)
 
     def steps(self, task: str) -> Iterator[Step]:
-        """Expanded prompts of one task, in order, holding only the current context in memory."""
+        """Expanded prompts of one task, in order, holding only the current context in memory.
+
+        With token ids, a prompt that keeps its whole previous prompt is a view of one growing
+        buffer per task: the previous output and the appended ids are written past the previous
+        prompt's end, where no view handed out reaches, so every prompt yielded stays as it was
+        and a call costs a copy of its new tokens only (a 100K-token prompt was a 400 KB copy a
+        call). A call that keeps less than its previous prompt starts a new buffer. The views are
+        read-only: a write through one would change the task's later prompts."""
         h = self.header
         prev_prompt = np.empty(0, np.int32)
         prev_out = np.empty(0, np.int32)
         prev_blocks = np.empty(0, np.int64)
+        buf = np.empty(0, np.int32)
         for c in self.tasks[task]:
             if h.tokens == "ids":
-                # the kept prefix of (previous prompt + its output) and the appended ids, in one
-                # copy: building the context first would copy a 100K-token prompt twice a call
                 kept_out = max(0, c.keep - len(prev_prompt))
                 appended = c.append.astype(np.int32, copy=False)
-                prompt = np.concatenate([prev_prompt[: c.keep], prev_out[:kept_out], appended])
+                if c.keep < len(prev_prompt):  # cut into the previous prompt: a view sees it
+                    buf = _fresh(prev_prompt[: c.keep], appended)
+                else:
+                    buf = _extend(buf, len(prev_prompt), prev_out[:kept_out], appended)
+                prompt = buf[: c.keep + len(appended)]
+                prompt.flags.writeable = False  # later prompts of the task share its memory
             else:
                 bs = int(h.block_size or 0)
                 blocks = np.concatenate([prev_blocks[: c.keep], c.append])
@@ -173,3 +184,25 @@ class Trace:
             if s.call.index == call.index:
                 return s.prompt
         raise KeyError(call.ref)
+
+
+def _fresh(kept: np.ndarray, appended: np.ndarray) -> np.ndarray:
+    """A new context buffer holding kept + appended, with room to grow (twice their length)."""
+    n = len(kept) + len(appended)
+    buf = np.empty(max(2 * n, 1024), np.int32)
+    buf[: len(kept)] = kept
+    buf[len(kept) : n] = appended
+    return buf
+
+
+def _extend(buf: np.ndarray, end: int, out: np.ndarray, appended: np.ndarray) -> np.ndarray:
+    """buf[:end] + out + appended, in `buf` past `end` when it has room, else in a new buffer
+    (the views of `buf` handed out end at or before `end`: they never see these writes)."""
+    n = end + len(out) + len(appended)
+    if n > len(buf):
+        grown = np.empty(max(2 * n, 1024), np.int32)
+        grown[:end] = buf[:end]
+        buf = grown
+    buf[end : end + len(out)] = out
+    buf[end + len(out) : n] = appended
+    return buf
