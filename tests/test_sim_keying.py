@@ -53,6 +53,7 @@ def test_agrees_with_chunk_keyer_on_random_edits(calls, block):
     ours, ref = TaskKeyer(block), ChunkKeyer(block)
     ctx: dict[str, np.ndarray] = {}
     pairs = []
+    when_made: list[list[int]] = []
     for task, keep, append, out in calls:
         prev = ctx.get(task, np.empty(0, np.int32))
         prompt = np.concatenate([prev[:keep], np.array(append, np.int32)])
@@ -61,7 +62,11 @@ def test_agrees_with_chunk_keyer_on_random_edits(calls, block):
         output = np.array(out, np.int32)
         pairs.append((ours.keys(task, prompt, output), ref.keys(np.concatenate([prompt, output]))))
         ctx[task] = np.concatenate([prompt, output])
+        when_made.append(pairs[-1][0].tolist())
     assert_same_partition(pairs)
+    # a task's keys share one buffer: what a later call wrote must not show in earlier keys
+    assert [k.tolist() for k, _ in pairs] == when_made
+    assert all(not k.flags.writeable for k, _ in pairs)
 
 
 def test_ids_are_numbered_in_order_of_first_appearance():
@@ -127,4 +132,4 @@ def test_the_id_table_grows_without_renumbering():
         task = f"t{i % 7}"
         assert small.keys(task, prompt, out).tolist() == large.keys(task, prompt, out).tolist()
     assert len(small) == len(large) > 4096 // 2
-    assert len(small._tab_keys) > 1 << 12
+    assert len(small._table) > 2 << 12

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from replay.sim.keying_kernel import EMPTY, TOKEN_MUL, key_blocks, rehash
+from replay.sim.keying_kernel import TOKEN_MUL, key_blocks, rehash
 from replay.trace.tokens import splitmix64
 
 __all__ = ["TaskKeyer", "common_prefix"]
@@ -49,16 +49,17 @@ class TaskKeyer:
             raise ValueError("block_tokens must be positive")
         self.block_tokens = block_tokens
         self._n_ids = 0  # distinct prefix hashes seen: the next dense id
-        self._tab_keys = np.zeros(1 << 12, dtype=np.uint64)  # prefix hash -> id, open addressing
-        self._tab_vals = np.full(1 << 12, EMPTY, dtype=np.int64)
-        self._last: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = {}
+        # prefix hash -> id, open addressing: (hash, id + 1) in slots 2i and 2i+1 (0: free)
+        self._table = np.zeros(2 << 12, dtype=np.uint64)
+        # per task: the previous prompt and output, its key and prefix-hash buffers, its blocks
+        self._last: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]] = {}
         self._pow = np.ones(1, dtype=np.uint64)
         self._powinv = np.ones(1, dtype=np.uint64)
         with np.errstate(over="ignore"):
             self._tokw = splitmix64(np.arange(block_tokens, dtype=np.uint64)) | np.uint64(1)
         self._tokmix = np.empty(0, dtype=np.uint64)  # the mix of each token id below its length
         empty_ids = np.empty(0, dtype=np.int32)
-        self._none = (empty_ids, empty_ids, np.empty(0, np.int64), np.empty(0, np.uint64))
+        self._none = (empty_ids, empty_ids, np.empty(0, np.int64), np.empty(0, np.uint64), 0)
 
     def __len__(self) -> int:
         return self._n_ids
@@ -83,39 +84,40 @@ class TaskKeyer:
         n = (len(prompt) + len(output)) // self.block_tokens
         self._powers(n + 1)
         self._room(n)
-        pprompt, pout, pkeys, ppre = self._last.get(task, self._none)
-        keys, pre, self._n_ids, missed = key_blocks(
+        pprompt, pout, kbuf, pbuf, n_prev = self._last.get(task, self._none)
+        kbuf, pbuf, n, self._n_ids, missed = key_blocks(
             prompt,
             output,
             pprompt,
             pout,
-            pkeys,
-            ppre,
+            kbuf,
+            pbuf,
+            n_prev,
             self.block_tokens,
             self._tokmix,
             self._tokw,
             self._pow,
             self._powinv,
-            self._tab_keys,
-            self._tab_vals,
+            self._table,
             self._n_ids,
         )
         if 0 <= missed < _TABLE_MAX:  # ids past the mix table: grow it for the next calls
             self._grow_mix(missed)
-        self._last[task] = (prompt, output, keys, pre)
+        self._last[task] = (prompt, output, kbuf, pbuf, n)
+        keys = kbuf[:n]
+        keys.flags.writeable = False  # the task's later calls share the buffer past n
         return keys
 
     def _room(self, n_new: int) -> None:
         """Keep the id table at most half full after `n_new` more ids (linear probing)."""
-        size = len(self._tab_keys)
+        size = len(self._table) // 2
         if 2 * (self._n_ids + n_new) <= size:
             return
         while 2 * (self._n_ids + n_new) > size:
             size *= 2
-        keys = np.zeros(size, dtype=np.uint64)
-        vals = np.full(size, EMPTY, dtype=np.int64)
-        rehash(self._tab_keys, self._tab_vals, keys, vals)
-        self._tab_keys, self._tab_vals = keys, vals
+        table = np.zeros(2 * size, dtype=np.uint64)
+        rehash(self._table, table)
+        self._table = table
 
     def _grow_mix(self, top: int) -> None:
         n = max(top + 1, 2 * len(self._tokmix))

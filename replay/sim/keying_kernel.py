@@ -12,14 +12,13 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-__all__ = ["EMPTY", "GOLDEN", "key_blocks", "mix_tokens", "rehash"]
+__all__ = ["GOLDEN", "key_blocks", "mix_tokens", "rehash"]
 
 GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _M1 = np.uint64(0xBF58476D1CE4E5B9)
 _M2 = np.uint64(0x94D049BB133111EB)
 _S30, _S27, _S31 = np.uint64(30), np.uint64(27), np.uint64(31)
 TOKEN_MUL = np.uint64(0xD6E8FEB86659FD93)
-EMPTY = -1  # a free slot of the id table
 _RUN = 64  # tokens compared per unrolled run of the prefix compare
 
 
@@ -94,72 +93,69 @@ def _prefix_len(pprompt, pout, prompt, output, cap):  # pragma: no cover - compi
 
 
 @numba.njit(cache=True, nogil=True)
-def _dense_id(h, tab_keys, tab_vals, n_ids):  # pragma: no cover - compiled
-    """(id, new): the dense id of prefix hash `h`, numbering it `n_ids` if unseen. Linear probing
-    from the hash's low bits (a splitmix64 output chained by odd multipliers: well mixed)."""
-    mask = np.uint64(tab_keys.shape[0] - 1)
-    i = np.int64(h & mask)
+def _dense_id(h, table, n_ids):  # pragma: no cover - compiled
+    """(id, new): the dense id of prefix hash `h`, numbering it `n_ids` if unseen. The table
+    holds (hash, id + 1) pairs side by side (0: a free slot), so a probe is one cache miss on a
+    table of a million slots; linear probing from the hash's low bits (a splitmix64 output
+    chained by odd multipliers: well mixed)."""
+    mask = np.uint64(table.shape[0] // 2 - 1)
+    i = h & mask
     while True:
-        v = tab_vals[i]
-        if v == EMPTY:
-            tab_keys[i] = h
-            tab_vals[i] = n_ids
+        j = np.int64(2 * i)
+        v = table[j + 1]
+        if v == 0:
+            table[j] = h
+            table[j + 1] = np.uint64(n_ids + 1)
             return n_ids, True
-        if tab_keys[i] == h:
-            return v, False
-        i = np.int64((np.uint64(i) + np.uint64(1)) & mask)
+        if table[j] == h:
+            return np.int64(v) - 1, False
+        i = (i + np.uint64(1)) & mask
 
 
 @numba.njit(cache=True, nogil=True)
-def rehash(tab_keys, tab_vals, new_keys, new_vals):  # pragma: no cover - compiled
-    """Move every entry into a larger table (new arrays filled with EMPTY values)."""
-    mask = np.uint64(new_keys.shape[0] - 1)
-    for j in range(tab_keys.shape[0]):
-        v = tab_vals[j]
-        if v == EMPTY:
+def rehash(table, new_table):  # pragma: no cover - compiled
+    """Move every (hash, id + 1) pair into a larger, zeroed table."""
+    mask = np.uint64(new_table.shape[0] // 2 - 1)
+    for j in range(0, table.shape[0], 2):
+        if table[j + 1] == 0:
             continue
-        h = tab_keys[j]
-        i = np.int64(h & mask)
-        while new_vals[i] != EMPTY:
-            i = np.int64((np.uint64(i) + np.uint64(1)) & mask)
-        new_keys[i] = h
-        new_vals[i] = v
+        h = table[j]
+        i = h & mask
+        while new_table[np.int64(2 * i) + 1] != 0:
+            i = (i + np.uint64(1)) & mask
+        new_table[np.int64(2 * i)] = h
+        new_table[np.int64(2 * i) + 1] = table[j + 1]
 
 
 @numba.njit(cache=True, nogil=True)
 def key_blocks(
-    prompt,
-    output,
-    pprompt,
-    pout,
-    pkeys,
-    ppre,
-    b,
-    tokmix,
-    tokw,
-    pw,
-    pwinv,
-    tab_keys,
-    tab_vals,
-    n_ids,
+    prompt, output, pprompt, pout, kbuf, pbuf, n_prev, b, tokmix, tokw, pw, pwinv, table, n_ids
 ):  # pragma: no cover - compiled
     """Keys and raw prefix hashes of the full blocks of (prompt + output), reusing the first
-    blocks shared with the previous context (pprompt + pout, keyed pkeys / ppre; empty arrays
-    for a task's first call). Returns (keys, pre, n_ids after, largest id the mix table missed
-    or -1). `pw` / `pwinv` hold powers of M and M^-1 past the block count."""
+    blocks shared with the task's previous context (pprompt + pout, whose n_prev keys and hashes
+    lead kbuf / pbuf; empty arrays and 0 for a task's first call).
+
+    The keys of a task's calls are views of one buffer: a call whose blocks extend the previous
+    call's writes its new ones past n_prev, where no earlier view reaches; one that shares fewer
+    (or outgrows the buffer) starts a new buffer with the shared part copied. Returns (kbuf,
+    pbuf, n blocks, n_ids after, largest id the mix table missed or -1). `pw` / `pwinv` hold
+    powers of M and M^-1 past the block count."""
     n_p = prompt.shape[0]
     n = (n_p + output.shape[0]) // b
-    keys = np.empty(n, dtype=np.int64)
-    pre = np.empty(n, dtype=np.uint64)
-    cap = min(pkeys.shape[0], n) * b
+    cap = min(n_prev, n) * b
     r = _prefix_len(pprompt, pout, prompt, output, cap) // b if cap > 0 else 0
-    for i in range(r):
-        keys[i] = pkeys[i]
-        pre[i] = ppre[i]
+    if r < n_prev or n > kbuf.shape[0]:
+        size = max(2 * n, 256)
+        keys = np.empty(size, dtype=np.int64)
+        pre = np.empty(size, dtype=np.uint64)
+        keys[:r] = kbuf[:r]
+        pre[:r] = pbuf[:r]
+    else:
+        keys, pre = kbuf, pbuf
     missed = -1
     acc = np.uint64(0)
     if r > 0:
-        acc = ppre[r - 1] * pwinv[r - 1]
+        acc = pre[r - 1] * pwinv[r - 1]
     for i in range(r, n):
         s = np.uint64(0)
         base = i * b
@@ -172,8 +168,8 @@ def key_blocks(
         acc += _splitmix(s) * pwinv[i]
         p = acc * pw[i]
         pre[i] = p
-        kid, new = _dense_id(p, tab_keys, tab_vals, n_ids)
+        kid, new = _dense_id(p, table, n_ids)
         keys[i] = kid
         if new:
             n_ids += 1
-    return keys, pre, n_ids, missed
+    return keys, pre, n, n_ids, missed
