@@ -74,8 +74,8 @@ class DeviceTier:
 
     @property
     def n_available(self) -> int:
-        """Blocks an allocation could get: empty plus evictable."""
-        return self.n_empty + self.n_free
+        """Blocks an allocation could get: empty plus evictable (read ~50,000 times a run)."""
+        return self.capacity - self.n_cached - self.n_anon + self.n_free
 
     # -- queries --------------------------------------------------------------------------------
 

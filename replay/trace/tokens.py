@@ -33,10 +33,14 @@ def splitmix64(x: np.ndarray) -> np.ndarray:
     Array arithmetic on uint64 wraps without warnings (only numpy scalars warn), so no errstate
     context is needed: it cost more than the arithmetic for the short arrays of output ids.
     """
-    z = np.asarray(x, dtype=np.uint64) + _GOLDEN
-    z = (z ^ (z >> _S30)) * _M1
-    z = (z ^ (z >> _S27)) * _M2
-    return z ^ (z >> _S31)
+    z = np.array(x, dtype=np.uint64)  # a copy (an array even for one value): the rest is in place
+    z += _GOLDEN
+    z ^= z >> _S30
+    z *= _M1
+    z ^= z >> _S27
+    z *= _M2
+    z ^= z >> _S31
+    return z
 
 
 def namespace_seed(ns: str) -> np.uint64:
