@@ -12,8 +12,8 @@ because the simulator keys ~300K new blocks per paper-scale run and must stay in
 budget. One request is one call of `replay.sim.keying_kernel.key_blocks` (numba): the prefix
 compare, the block hashes (each token id's mix from a table built once per run) and the dense ids
 (an open-addressing table of prefix hash -> id) in one pass. Keying the paper-scale trace's 4,455
-calls took 0.32-0.34 s of CPU with the vectorized numpy code and a dict of ids it replaces, and
-0.16-0.17 s compiled (same process, three alternating rounds, same keys).
+calls took 0.25-0.34 s of CPU with the vectorized numpy code and a dict of ids it replaces, and
+0.09-0.14 s compiled (same process, alternating rounds, same keys; docs/simulator.md).
 """
 
 from __future__ import annotations
