@@ -1,0 +1,35 @@
+"""bench_sim's pool floor: a transport with no engine, so a replay through it costs the pool alone."""
+
+from __future__ import annotations
+
+import pytest
+
+from benchmarks.bench_sim import SleepTransport, pool_floor_cpu_s
+from replay.clock import VirtualTimeLoop
+from replay.driver.options import RunOptions
+from replay.driver.pool import replay
+from replay.trace.synth import synth
+
+
+def _trace():
+    return synth("swe-agent", tasks=3, seed=1, scale=0.05, max_calls_per_task=4)
+
+
+def test_sleep_transport_serves_every_call_in_its_stated_time():
+    trace = _trace()
+    loop = VirtualTimeLoop()
+    try:
+        res = loop.run_until_complete(
+            replay(trace, SleepTransport(), RunOptions(pool=2, forcing=True))
+        )
+    finally:
+        loop.close()
+    assert res.status == "ok" and len(res.rows) == len(trace) > 4
+    for r in res.rows:
+        assert r["status"] == "ok" and r["prompt_tokens_reported"] == r["prompt_tokens"]
+        assert r["t_end"] - r["t_send"] == pytest.approx(0.2 + r["prompt_tokens"] * 1e-6)
+        assert r["exact_match"] == 1.0  # the forced output comes back as it was sent
+
+
+def test_pool_floor_runs_the_whole_trace():
+    assert pool_floor_cpu_s(_trace()) > 0
