@@ -186,10 +186,17 @@ class Trace:
         raise KeyError(call.ref)
 
 
+def _room(n: int) -> int:
+    """Capacity of a buffer that must hold `n` tokens: half as many again, so a task's buffer is
+    copied a few times over its life (each token ~3 times in all) while holding at most 1.5x its
+    context (a thousand 100K-token agents: 0.6 GB rather than 0.4 GB, or 0.8 GB at 2x)."""
+    return max(n + n // 2, 1024)
+
+
 def _fresh(kept: np.ndarray, appended: np.ndarray) -> np.ndarray:
-    """A new context buffer holding kept + appended, with room to grow (twice their length)."""
+    """A new context buffer holding kept + appended, with room to grow."""
     n = len(kept) + len(appended)
-    buf = np.empty(max(2 * n, 1024), np.int32)
+    buf = np.empty(_room(n), np.int32)
     buf[: len(kept)] = kept
     buf[len(kept) : n] = appended
     return buf
@@ -200,7 +207,7 @@ def _extend(buf: np.ndarray, end: int, out: np.ndarray, appended: np.ndarray) ->
     (the views of `buf` handed out end at or before `end`: they never see these writes)."""
     n = end + len(out) + len(appended)
     if n > len(buf):
-        grown = np.empty(max(2 * n, 1024), np.int32)
+        grown = np.empty(_room(n), np.int32)
         grown[:end] = buf[:end]
         buf = grown
     buf[end : end + len(out)] = out
