@@ -6,7 +6,8 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from replay.sim.keying import TaskKeyer, common_prefix
+from replay.sim.keying import TaskKeyer
+from replay.sim.keying_kernel import _prefix_len
 from replay.trace.keys import ChunkKeyer
 from replay.trace.synth import synth
 
@@ -86,6 +87,13 @@ def test_ids_are_numbered_in_order_of_first_appearance():
     assert len(ours) == len(first)
 
 
+def common_prefix(a: np.ndarray, b: np.ndarray) -> int:
+    """The kernel's prefix compare of two one-piece contexts (empty outputs), uncapped."""
+    none = np.empty(0, np.int32)
+    a, b = a.astype(np.int32), b.astype(np.int32)
+    return int(_prefix_len(a, none, b, none, len(a) + len(b)))
+
+
 def test_common_prefix():
     a = np.array([1, 2, 3, 4])
     assert common_prefix(a, np.array([1, 2, 9])) == 2
@@ -94,12 +102,24 @@ def test_common_prefix():
     assert common_prefix(a, np.array([7])) == 0
 
 
+def test_prefix_compare_walks_both_pieces_of_each_context():
+    """(prompt + output) against the previous (prompt + output), split at different places, past
+    a whole unrolled run, and capped."""
+    rng = np.random.default_rng(3)
+    ctx = rng.integers(0, 9, size=300).astype(np.int32)
+    other = ctx.copy()
+    other[200] += 1  # differs at 200
+    for pa, pb in ((10, 250), (250, 10), (0, 300), (200, 200)):
+        got = int(_prefix_len(ctx[:pa], ctx[pa:], other[:pb], other[pb:], 1000))
+        assert got == 200
+    assert int(_prefix_len(ctx[:50], ctx[50:], ctx[:120], ctx[120:], 130)) == 130
+
+
 def test_token_mix_table_gives_the_direct_mix_for_any_int32_id():
     """The per-token mix comes from a table grown to the largest id seen; negative ids and ids
     past the table's limit are mixed directly. Every id must mix exactly as the formula does,
     and keys must not depend on whether the table covered an id when its call was keyed."""
-    from replay.sim.keying import _TOKEN_MUL
-    from replay.sim.keying_kernel import mix_tokens
+    from replay.sim.keying_kernel import TOKEN_MUL, mix_tokens
     from replay.trace.tokens import splitmix64
 
     k = TaskKeyer(4)
@@ -111,7 +131,7 @@ def test_token_mix_table_gives_the_direct_mix_for_any_int32_id():
         np.array([2**31 - 1, 1 << 21, 6, 0], np.int32),  # past the table's limit
     ]
     for i, tokens in enumerate(batches):
-        want = splitmix64(tokens.astype(np.uint64) * _TOKEN_MUL)
+        want = splitmix64(tokens.astype(np.uint64) * TOKEN_MUL)
         assert mix_tokens(tokens, k._tokmix).tolist() == want.tolist()
         assert mix_tokens(tokens, np.empty(0, np.uint64)).tolist() == want.tolist()
         got = k.keys(f"t{i}", tokens, np.empty(0, np.int32))

@@ -23,22 +23,11 @@ import numpy as np
 from replay.sim.keying_kernel import TOKEN_MUL, key_blocks, rehash
 from replay.trace.tokens import splitmix64
 
-__all__ = ["TaskKeyer", "common_prefix"]
+__all__ = ["TaskKeyer"]
 
 _M = np.uint64(0x9E3779B97F4A7C15 | 1)
 _MINV = np.uint64(pow(int(_M), -1, 1 << 64))
-_TOKEN_MUL = TOKEN_MUL
 _TABLE_MAX = 1 << 21  # ids below this get a table entry (16 MiB at most, ~1 MiB usually)
-
-
-def common_prefix(a: np.ndarray, b: np.ndarray) -> int:
-    """Length of the longest common prefix of two int arrays."""
-    n = min(len(a), len(b))
-    if n == 0:
-        return 0
-    neq = a[:n] != b[:n]
-    i = int(neq.argmax())
-    return i if neq[i] else n
 
 
 class TaskKeyer:
@@ -121,7 +110,7 @@ class TaskKeyer:
 
     def _grow_mix(self, top: int) -> None:
         n = max(top + 1, 2 * len(self._tokmix))
-        self._tokmix = splitmix64(np.arange(n, dtype=np.uint64) * _TOKEN_MUL)
+        self._tokmix = splitmix64(np.arange(n, dtype=np.uint64) * TOKEN_MUL)
 
     def forget(self, task: str) -> None:
         self._last.pop(task, None)

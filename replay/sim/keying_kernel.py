@@ -3,8 +3,9 @@
 `TaskKeyer.keys` did this as a dozen numpy operations and a Python dict of every prefix hash seen
 (287K on the paper-scale point, one cache miss per insert); here it is one numba call per request:
 the common prefix with the task's previous context, each new block's content hash, the prefix
-chain, and the dense id of each prefix hash from an open-addressing table held in two arrays.
-The arithmetic is `keying`'s exactly (uint64, wrapping), so the keys are the same ids bit for bit.
+chain, and the dense id of each prefix hash from an open-addressing table of (hash, id) pairs in
+one array. The arithmetic is the numpy code's it replaced (uint64, wrapping; splitmix64 with
+`replay.trace.tokens`' constants), so the keys are the same ids bit for bit.
 """
 
 from __future__ import annotations
@@ -12,19 +13,18 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-__all__ = ["GOLDEN", "key_blocks", "mix_tokens", "rehash"]
+from replay.trace.tokens import _GOLDEN, _M1, _M2, _S27, _S30, _S31
 
-GOLDEN = np.uint64(0x9E3779B97F4A7C15)
-_M1 = np.uint64(0xBF58476D1CE4E5B9)
-_M2 = np.uint64(0x94D049BB133111EB)
-_S30, _S27, _S31 = np.uint64(30), np.uint64(27), np.uint64(31)
+__all__ = ["TOKEN_MUL", "key_blocks", "mix_tokens", "rehash"]
+
 TOKEN_MUL = np.uint64(0xD6E8FEB86659FD93)
 _RUN = 64  # tokens compared per unrolled run of the prefix compare
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
 def _splitmix(z):  # pragma: no cover - compiled
-    z = z + GOLDEN
+    """`replay.trace.tokens.splitmix64` of one uint64."""
+    z = z + _GOLDEN
     z = (z ^ (z >> _S30)) * _M1
     z = (z ^ (z >> _S27)) * _M2
     return z ^ (z >> _S31)
