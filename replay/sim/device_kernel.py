@@ -34,16 +34,23 @@ def free_among(refcnt, keys):  # pragma: no cover - compiled
     return n
 
 
+@numba.njit(cache=True, nogil=True, inline="always")
+def _hold(refcnt, prio, k):  # pragma: no cover - compiled
+    """One more reference on resident key `k`; 1 if it was free (it leaves the queue), else 0."""
+    was_free = 0
+    if refcnt[k] == 0:
+        was_free = 1
+        prio[k] = -1
+    refcnt[k] += 1
+    return was_free
+
+
 @numba.njit(cache=True, nogil=True)
 def acquire(refcnt, prio, keys):  # pragma: no cover - compiled
     """One more reference per key; returns how many were free (they leave the queue)."""
     was_free = 0
     for i in range(keys.shape[0]):
-        k = keys[i]
-        if refcnt[k] == 0:
-            was_free += 1
-            prio[k] = -1
-        refcnt[k] += 1
+        was_free += _hold(refcnt, prio, keys[i])
     return was_free
 
 
@@ -56,10 +63,7 @@ def register(resident, refcnt, prio, keys):  # pragma: no cover - compiled
     for i in range(keys.shape[0]):
         k = keys[i]
         if resident[k]:
-            if refcnt[k] == 0:
-                was_free += 1
-                prio[k] = -1
-            refcnt[k] += 1
+            was_free += _hold(refcnt, prio, k)
         else:
             resident[k] = True
             refcnt[k] = 1
