@@ -75,37 +75,38 @@ class HostTier:
     def full(self) -> bool:
         return self.size >= self.capacity
 
-    def _touch(self, keys: np.ndarray, fresh: bool = False) -> None:
-        """New stamps for `keys` (present; `fresh`: just written, in no run yet)."""
-        if len(keys):
-            if not fresh:  # their previous queue entries go stale
-                np.subtract.at(self._run_valid, self._run_of[keys], 1)
-            base = self._next
-            self._stamp[keys] = base + np.arange(len(keys), dtype=np.int64)
-            self._next += len(keys)
-            rid = self._next_run
-            self._next_run += 1
-            if rid >= len(self._run_valid):
-                self._run_valid = np.concatenate([self._run_valid, np.zeros_like(self._run_valid)])
-            self._run_valid[rid] = len(keys)
-            self._run_of[keys] = rid
-            self._runs.append([keys, base, 0, rid])
+    def _new_run(self) -> int:
+        """The id the next queue run gets, with room for it in `_run_valid`."""
+        rid = self._next_run
+        if rid >= len(self._run_valid):
+            self._run_valid = np.concatenate([self._run_valid, np.zeros_like(self._run_valid)])
+        return rid
+
+    def _queue(self, keys: np.ndarray, rid: int) -> None:
+        """Queue run `rid` of `keys`, just stamped `_next`, `_next` + 1, ... (most recent last)."""
+        self._runs.append([keys, self._next, 0, rid])
+        self._next += len(keys)
+        self._next_run += 1
+
+    def _stamp_written(self, keys: np.ndarray) -> None:
+        """Stamps for just-written keys (in no queue run yet), as one new run."""
+        rid = self._new_run()
+        self._stamp[keys] = self._next + np.arange(len(keys), dtype=np.int64)
+        self._run_valid[rid] = len(keys)
+        self._run_of[keys] = rid
+        self._queue(keys, rid)
 
     def lookup(self, keys: np.ndarray) -> int:
         """Touch every present key, in order; return the length of the leading present run."""
         if len(keys) == 0:
             return 0
         self._ensure(keys)
-        rid = self._next_run
-        if rid >= len(self._run_valid):
-            self._run_valid = np.concatenate([self._run_valid, np.zeros_like(self._run_valid)])
+        rid = self._new_run()
         first, touched = kern.lookup(
             self._present, self._stamp, self._run_of, self._run_valid, keys, self._next, rid
         )
-        if len(touched):  # one queue run, as `_touch` makes
-            self._next += len(touched)
-            self._next_run += 1
-            self._runs.append([touched, self._next - len(touched), 0, rid])
+        if len(touched):
+            self._queue(touched, rid)
         return int(first)
 
     def missing(self, keys: np.ndarray) -> np.ndarray:
@@ -136,7 +137,7 @@ class HostTier:
         evicted = self._evict(over) if over > 0 else 0
         self._present[keys] = True
         self._read[keys] = False
-        self._touch(keys, fresh=True)
+        self._stamp_written(keys)
         self.size += n
         self.chunks_written += n
         if evicted:
