@@ -149,13 +149,13 @@ class Trace:
         prev_prompt = np.empty(0, np.int32)
         prev_out = np.empty(0, np.int32)
         prev_blocks = np.empty(0, np.int64)
-        buf = np.empty(0, np.int32)
+        buf = _NO_IDS
         for c in self.tasks[task]:
             if h.tokens == "ids":
                 kept_out = max(0, c.keep - len(prev_prompt))
                 appended = c.append.astype(np.int32, copy=False)
                 if c.keep < len(prev_prompt):  # cut into the previous prompt: a view sees it
-                    buf = _fresh(prev_prompt[: c.keep], appended)
+                    buf = _extend(_NO_IDS, 0, prev_prompt[: c.keep], appended)
                 else:
                     buf = _extend(buf, len(prev_prompt), prev_out[:kept_out], appended)
                 prompt = buf[: c.keep + len(appended)]
@@ -193,18 +193,13 @@ def _room(n: int) -> int:
     return max(n + n // 2, 1024)
 
 
-def _fresh(kept: np.ndarray, appended: np.ndarray) -> np.ndarray:
-    """A new context buffer holding kept + appended, with room to grow."""
-    n = len(kept) + len(appended)
-    buf = np.empty(_room(n), np.int32)
-    buf[: len(kept)] = kept
-    buf[len(kept) : n] = appended
-    return buf
+_NO_IDS = np.empty(0, np.int32)  # no buffer yet: `_extend` of it allocates one
 
 
 def _extend(buf: np.ndarray, end: int, out: np.ndarray, appended: np.ndarray) -> np.ndarray:
     """buf[:end] + out + appended, in `buf` past `end` when it has room, else in a new buffer
-    (the views of `buf` handed out end at or before `end`: they never see these writes)."""
+    (the views of `buf` handed out end at or before `end`: they never see these writes). With
+    `_NO_IDS` and end 0, a new buffer holding out + appended."""
     n = end + len(out) + len(appended)
     if n > len(buf):
         grown = np.empty(_room(n), np.int32)
