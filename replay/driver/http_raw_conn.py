@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import socket
-import sys
 from typing import TYPE_CHECKING
 
 import httptools
@@ -34,8 +33,7 @@ if TYPE_CHECKING:
 __all__ = ["RawConnection"]
 
 _PEEK_FLAGS = socket.MSG_PEEK | socket.MSG_DONTWAIT
-# asyncio's selector transport joins what `writelines` gets before Python 3.12
-_JOINING_WRITELINES = sys.version_info < (3, 12) and hasattr(socket.socket, "sendmsg")
+_SENDMSG = hasattr(socket.socket, "sendmsg")  # not on Windows
 _MAX_PARTS = 512  # well under IOV_MAX (1024); PromptEncoder keeps prompts to ~256 parts
 
 
@@ -268,20 +266,27 @@ class RawConnection(asyncio.Protocol):
             self._write(transport, chunks)
 
     def _write(self, transport: asyncio.Transport, chunks: list) -> None:
-        """Hand the request to the kernel without joining its parts where that pays.
+        """Hand the request to the kernel without joining its parts where that pays, and so that
+        bytes the kernel does not take at once pause the protocol.
 
-        Python 3.11's selector transport implements `writelines` as a join and a write: for a
-        100K-token prompt that is a 0.6 MB copy per call (~7% of the client's CPU per call). With
-        the transport's buffer empty, one `sendmsg` of the parts writes them as they are; what the
-        kernel does not take goes to the transport as usual. Python >= 3.12 and uvloop do this in
-        `writelines` themselves; TLS must go through the transport.
+        With the transport's buffer empty, one `sendmsg` of the parts writes them as they are
+        (Python 3.11's `writelines` is a join and a write: for a 100K-token prompt, a 0.6 MB copy
+        per call, ~7% of the client's CPU per call). What the kernel does not take goes to the
+        transport's `write`, which pauses the protocol until it has drained: `resume_writing`
+        is how this connection learns that the whole request reached the kernel. It is not
+        `writelines`: from Python 3.12 the selector transport's `writelines` buffers the rest
+        without pausing the protocol (3.12.1 and 3.13.0: selector_events.py), so no
+        `resume_writing` came, and a request written whole looked unwritten when the server then
+        closed (`_lost_error`) and was sent twice. TLS and uvloop (no socket object) keep
+        `writelines`: their transports pause the protocol themselves.
         """
         sock = self._sock
+        if sock is None or self.pool.ssl is not None:
+            transport.writelines(chunks)
+            return
         if (
-            _JOINING_WRITELINES
-            and sock is not None
-            and self.pool.ssl is None
-            and 2 < len(chunks) <= _MAX_PARTS
+            _SENDMSG
+            and 1 < len(chunks) <= _MAX_PARTS
             and not transport.get_write_buffer_size()
             and not transport.is_closing()
         ):
@@ -290,13 +295,12 @@ class RawConnection(asyncio.Protocol):
             except (BlockingIOError, InterruptedError):
                 sent = 0
             except OSError:
-                transport.writelines(chunks)  # fails the same way, through the transport
-                return
+                sent = 0  # the transport's write below fails the same way and reports it
             if sent:
                 chunks = _rest(chunks, sent)
                 if not chunks:
                     return
-        transport.writelines(chunks)
+        transport.write(chunks[0] if len(chunks) == 1 else b"".join(chunks))
 
     def _timed_out(self) -> None:
         self._fail(timed_out(self.pool.request_timeout_s))
