@@ -255,3 +255,16 @@ def test_the_calibrated_llamacpp_twin_experiment_loads(monkeypatch):
         cfg = SimConfig.from_options(**options)
         assert (engine, cfg.personality, cfg.max_num_seqs) == ("sim", "llamacpp", 2)
         assert cfg.bytes_per_token == 2048
+
+
+def test_a_fitted_step_adds_its_chunks_left_to_right_on_every_python():
+    """Python 3.12's sum() compensates float rounding, 3.11's does not: a step of several chunks
+    must add as 3.11 did on every version, or a calibrated run's times differ by interpreter.
+    Chunks of 1.0 s, then two of 1e-16 s: added left to right, each small one rounds away."""
+    from replay.sim.fitted_cost import FittedCostModel
+
+    model = FittedCostModel(FittedCosts(prefill_s_per_token=1e-16))
+    chunks = [(10**16, 0), (1, 0), (1, 0)]
+    assert [model.prefill_s(n, p) for n, p in chunks] == [1.0, 1e-16, 1e-16]
+    assert model.step_s(chunks, 0, 0) == 1.0  # compensated: 1.0000000000000002
+    assert model.step_s([], 0, 0) == 0.0

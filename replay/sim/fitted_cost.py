@@ -114,7 +114,12 @@ class FittedCostModel:
     def step_s(self, chunks: list[tuple[int, int]], n_decode: int, decode_ctx_tokens: int) -> float:
         c = self.costs
         t = c.decode_step_s + c.decode_s_per_seq * n_decode if n_decode else 0.0
-        return t + sum(self.prefill_s(n, p) for n, p in chunks)
+        # added left to right, not with sum(): from Python 3.12 sum() compensates float rounding,
+        # so a step of several chunks would end in other bits than on 3.11, and so every later time
+        prefill = 0.0
+        for n, p in chunks:
+            prefill += self.prefill_s(n, p)
+        return t + prefill
 
     def decode_steps_s(self, n_decode: int, ctx_tokens: int, steps: int) -> np.ndarray:
         step = self.costs.decode_step_s + self.costs.decode_s_per_seq * n_decode
