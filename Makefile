@@ -111,6 +111,28 @@ $(LLAMA_SERVER):
 	mkdir -p $(LLAMA_BUILD)/bin && cp $(LLAMA_BUILD)/cmake/bin/llama-server $(LLAMA_SERVER)
 	@echo "built $(LLAMA_SERVER): set server_bin = \"$(LLAMA_SERVER)\" in an experiment's [engine]"
 
+# The suite on the newer Pythons that pyproject's requires-python (>= 3.11) admits: one venv per
+# version (.venv-py3.12, ...), dependencies from PyPI (their newest releases, not .venv's). The
+# interpreter is `pythonX.Y` on PATH, else pyenv's newest X.Y.* (installed but not selected); a
+# version found neither way is reported as skipped, and the run fails if none ran.
+OTHER_PYTHONS ?= 3.12 3.13
+.PHONY: test-pythons
+
+test-pythons: ## the test suite again on Python 3.12 and 3.13 (.venv-py3.12, .venv-py3.13)
+	@ran=0; for v in $(OTHER_PYTHONS); do \
+	  py=python$$v; venv=.venv-py$$v; \
+	  if ! $$py -c 'import sys' >/dev/null 2>&1; then \
+	    py=$$(ls -d "$$(pyenv root 2>/dev/null || echo /nonexistent)"/versions/$$v.*/bin/python$$v 2>/dev/null | sort -V | tail -1); \
+	    if [ -z "$$py" ]; then echo "test-pythons: python$$v not found: skipped"; continue; fi; \
+	  fi; \
+	  if [ ! $$venv/.installed -nt pyproject.toml ]; then \
+	    rm -rf $$venv && $$py -m venv $$venv && $$venv/bin/python -m pip install -q --upgrade pip \
+	      && $$venv/bin/python -m pip install -q -e '.[test]' && touch $$venv/.installed || exit 1; \
+	  fi; \
+	  echo "test-pythons: $$($$venv/bin/python -V)"; \
+	  $$venv/bin/python -m pytest -q || exit 1; ran=$$((ran + 1)); \
+	done; test $$ran -gt 0 || { echo "test-pythons: no Python of $(OTHER_PYTHONS) found"; exit 1; }
+
 # Sweeps on Ray (docs/cluster.md): the `ray` extra installed into .venv, then the `ray` tier (a
 # local Ray with two slots and a simulated two-node cluster, with their memory kept small).
 RAY_STAMP := $(VENV)/.installed-ray
