@@ -111,6 +111,21 @@ class VirtualTimeLoop(asyncio.SelectorEventLoop):
     def _clock_resolution(self, _: float) -> None:
         pass  # asyncio's __init__ sets the monotonic clock's resolution; the getter decides
 
+    def advance_if_alone(self, delay: float) -> bool:
+        """Move the clock `delay` ahead now and return True if a callback scheduled with
+        `call_later(delay, ...)` would run next and alone in its loop turn: nothing is ready and
+        no timer is due before that time plus the clock resolution. The caller then runs that
+        callback itself, at the same time with the same float (`time() + delay`), in the same
+        order, without a timer and a loop turn (the simulator's engine: ~17,000 waits a run)."""
+        if self._ready:  # type: ignore[attr-defined]
+            return False
+        t = self._virtual_now + delay
+        scheduled = self._scheduled  # type: ignore[attr-defined]
+        if scheduled and scheduled[0].when() < t + max(1e-9, math.ulp(t)):
+            return False
+        self._virtual_now = t
+        return True
+
     def _advance(self) -> None:
         """Nothing is ready and every task waits: jump to the earliest timer's deadline."""
         scheduled = self._scheduled  # type: ignore[attr-defined]

@@ -97,3 +97,23 @@ def test_long_wait_is_one_jump_not_a_day_at_a_time():
         return loop.time()
 
     assert run_virtual(main) == 3e7
+
+
+def test_advance_if_alone_moves_the_clock_only_when_nothing_else_could_run_first():
+    async def main():
+        loop = asyncio.get_running_loop()
+        assert loop.advance_if_alone(2.5)  # nothing ready, no timer: the wait is over at once
+        t_alone = loop.time()
+        loop.call_soon(lambda: None)
+        ready_first = loop.advance_if_alone(1.0)  # a ready callback would run before
+        await asyncio.sleep(0)
+        handle = loop.call_at(t_alone + 1.0, lambda: None)
+        timer_first = loop.advance_if_alone(1.0)  # due at the same time: the timer's turn too
+        timer_later = loop.advance_if_alone(0.5)  # half a second before the timer: alone
+        handle.cancel()
+        return t_alone, ready_first, timer_first, timer_later, loop.time()
+
+    t_alone, ready_first, timer_first, timer_later, t_end = run_virtual(main)
+    assert t_alone == 2.5
+    assert not ready_first and not timer_first and timer_later
+    assert t_end == 3.0

@@ -11,6 +11,12 @@ after its timer fired; a paper-scale run waits ~35,000 times, and the callbacks 
 instructions. An arrival still resumes the runner one loop turn after it. A step's end now runs in
 the turn its timer fires, so when a coroutine's sleep ends at the very same virtual instant the
 step's end goes first (before, both resumed a turn later in timer order); no record changed.
+
+On `VirtualTimeLoop` a wait that nothing could interrupt (nothing ready, no other timer due by
+its end) ends in place: the loop's clock moves to its end (`advance_if_alone`) and the runner goes
+on, in the same order and at the same float times as through a timer. About 60% of a paper-scale
+run's ~17,500 waits end so; the rest (a finished request wakes its caller, an agent's call is due
+first) still go through the loop.
 """
 
 from __future__ import annotations
@@ -94,10 +100,15 @@ class EngineRunner:
         self._plan: Plan | None = None
         self._cum = np.empty(0)
         self._k = 0
+        # virtual time: a wait nothing else can interrupt ends at once (`advance_if_alone`)
+        self._advance_if_alone: Callable[[float], bool] | None = None
+        self._inline = False  # the wait just begun has ended: `_resume` runs its `then` next
 
     def start(self) -> None:
         if self._loop is None:
             self._loop = asyncio.get_running_loop()
+            if isinstance(self.clock, LoopSimClock):
+                self._advance_if_alone = getattr(self._loop, "advance_if_alone", None)
             self._then = self._idle_done
             self._handle = self._loop.call_soon(self._resume, False)
 
@@ -128,24 +139,36 @@ class EngineRunner:
         delay, self._wakeable = self.clock.begin_wait(dt_s, wakeable)
         self._then = then
         assert self._loop is not None
-        self._handle = None if delay is None else self._loop.call_later(delay, self._resume, False)
+        if delay is None:
+            self._handle = None
+        elif self._advance_if_alone is not None and self._advance_if_alone(delay):
+            self._inline = True  # nothing could arrive during the wait: it is over
+        else:
+            self._handle = self._loop.call_later(delay, self._resume, False)
 
     def _resume(self, woken: bool) -> None:
-        then = self._then
-        self._handle = self._then = None
-        self._wakeable = False
-        if then is None:
-            return
-        try:
-            self.clock.end_wait()
-            then(woken)
-        except BaseException as e:  # a simulator bug: fail every request instead of hanging them
-            self.error = e
-            for s in list(self.engine.running) + list(self.engine.waiting):
-                if s.on_fail is not None:
-                    s.on_fail(s, e)
-            if isinstance(e, KeyboardInterrupt | SystemExit):
-                raise
+        """Run what the wait that ended was for, then each wait that ends at once after it (a
+        loop here rather than a recursion: a run chains thousands)."""
+        while True:
+            then = self._then
+            self._handle = self._then = None
+            self._wakeable = self._inline = False
+            if then is None:
+                return
+            try:
+                self.clock.end_wait()
+                then(woken)
+            except BaseException as e:  # a simulator bug: fail every request, not hang them
+                self.error = e
+                for s in list(self.engine.running) + list(self.engine.waiting):
+                    if s.on_fail is not None:
+                        s.on_fail(s, e)
+                if isinstance(e, KeyboardInterrupt | SystemExit):
+                    raise
+                return
+            if not self._inline:
+                return
+            woken = False
 
     def _idle_done(self, woken: bool) -> None:
         self._next()
