@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks.bench_sim import SleepTransport, pool_floor_cpu_s
+from benchmarks.bench_sim import SleepTransport, pool_floor_cpu_s, work_floor_cpu_s
 from replay.clock import VirtualTimeLoop
 from replay.driver.options import RunOptions
 from replay.driver.pool import replay
@@ -33,3 +33,8 @@ def test_sleep_transport_serves_every_call_in_its_stated_time():
 
 def test_pool_floor_runs_the_whole_trace():
     assert pool_floor_cpu_s(_trace()) > 0
+
+
+def test_work_floor_expands_keys_and_rows_every_call():
+    trace = _trace()
+    assert work_floor_cpu_s(trace) > 0
