@@ -418,3 +418,22 @@ def test_absurd_lengths_are_refused_before_anything_is_allocated(tmp_path: Path,
         read_trace(path)
     assert (e.value.line, e.value.field) == (2, "output_len")
     assert "past any model's context" in e.value.why
+
+
+@settings(max_examples=60, deadline=None)
+@given(trace=traces(), batch_tokens=st.integers(1, 120))
+def test_each_steps_output_is_its_calls_output_ids(trace: Trace, batch_tokens: int) -> None:
+    """`steps` makes the stand-in outputs of a task's next calls together (a batch of up to
+    `_OUTPUT_BATCH_TOKENS` ids); each step's output is still its own call's, recorded or not,
+    wherever a batch ends."""
+    import replay.trace.model as model
+
+    saved = model._OUTPUT_BATCH_TOKENS
+    model._OUTPUT_BATCH_TOKENS = batch_tokens
+    try:
+        for task in trace.task_ids:
+            for step in trace.steps(task):
+                assert np.array_equal(step.output, trace.output_ids(step.call))
+                assert len(step.output) == step.call.output_len
+    finally:
+        model._OUTPUT_BATCH_TOKENS = saved

@@ -8,7 +8,7 @@ import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
-from replay.trace.tokens import block_tokens, output_tokens, tail_tokens
+from replay.trace.tokens import block_tokens, output_tokens, output_tokens_many, tail_tokens
 
 M64 = (1 << 64) - 1
 
@@ -48,6 +48,19 @@ def test_output_and_tail_tokens_follow_the_spec(task: str, idx: int, n: int, voc
     base = _seed(f"tail\x00ns\x00{task}\x00{idx}")
     want = [_mix((base + j) & M64) % vocab for j in range(n)]
     assert tail_tokens("ns", task, idx, n, vocab).tolist() == want
+
+
+@given(
+    st.lists(st.tuples(st.text(max_size=6), st.integers(0, 1000), st.integers(0, 40)), max_size=6),
+    st.integers(2, 50_000),
+)
+def test_output_tokens_of_many_calls_are_each_calls_own(calls, vocab: int) -> None:
+    got = output_tokens_many(calls, vocab)
+    assert len(got) == len(calls)
+    for (task, idx, n), ids in zip(calls, got, strict=True):
+        base = _seed(f"out\x00{task}\x00{idx}")
+        assert ids.dtype == np.int32
+        assert ids.tolist() == [_mix((base + j) & M64) % vocab for j in range(n)]
 
 
 def test_namespaces_separate_equal_block_ids() -> None:

@@ -16,7 +16,7 @@ import numpy as np
 from replay.errors import ConfigError
 from replay.trace.keys import ChunkKeyer
 from replay.trace.model import CallRef, Trace
-from replay.trace.tokens import namespace_seed, splitmix64
+from replay.trace.tokens import output_tokens_many
 
 __all__ = ["KeyedTrace", "key_trace", "Stream", "build_stream", "order_indices"]
 
@@ -74,32 +74,17 @@ _EMPTY = np.empty(0, np.int64)
 
 
 def _outputs(trace: Trace) -> list[np.ndarray]:
-    """Output ids of every call (trace order): recorded, or the trace's stand-ins made in one batch.
-
-    `Trace.output_ids` makes stand-ins one call at a time; here the same splitmix64 stream of
-    `replay.trace.tokens.output_tokens` runs once over all calls (a paper-scale trace has ~1M output
-    tokens in ~4K calls, where the per-call overhead would dominate).
-    """
+    """Output ids of every call (trace order): recorded, or the trace's stand-ins made in one batch
+    (`output_tokens_many`: a paper-scale trace has ~1M output tokens in ~4K calls, where the
+    per-call overhead of `Trace.output_ids` would dominate)."""
     calls = trace.calls
-    lens = np.fromiter((0 if c.output is not None else c.output_len for c in calls), np.int64)
-    base = np.fromiter(
-        (
-            namespace_seed(f"out\x00{c.task}\x00{c.index}") if n else 0
-            for c, n in zip(calls, lens, strict=True)
-        ),
-        np.uint64,
-        len(calls),
+    made = iter(
+        output_tokens_many(
+            [(c.task, c.index, c.output_len) for c in calls if c.output is None],
+            trace.header.vocab_size,
+        )
     )
-    starts = np.zeros(len(calls) + 1, np.int64)
-    np.cumsum(lens, out=starts[1:])
-    step = np.arange(starts[-1], dtype=np.int64) - np.repeat(starts[:-1], lens)
-    with np.errstate(over="ignore"):
-        grid = np.repeat(base, lens) + step.astype(np.uint64)
-    ids = (splitmix64(grid) % np.uint64(trace.header.vocab_size)).astype(np.int32)
-    return [
-        c.output if c.output is not None else ids[starts[i] : starts[i + 1]]
-        for i, c in enumerate(calls)
-    ]
+    return [c.output if c.output is not None else next(made) for c in calls]
 
 
 def _key_id_trace(trace: Trace, keyed: KeyedTrace) -> None:
