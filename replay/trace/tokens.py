@@ -65,9 +65,7 @@ def output_tokens(task: str, index: int, n: int, vocab_size: int) -> np.ndarray:
     return (splitmix64(grid) % np.uint64(vocab_size)).astype(np.int32)
 
 
-def output_tokens_many(
-    calls: Sequence[tuple[str, int, int]], vocab_size: int
-) -> list[np.ndarray]:
+def output_tokens_many(calls: Sequence[tuple[str, int, int]], vocab_size: int) -> list[np.ndarray]:
     """`output_tokens(task, index, n, vocab_size)` of each (task, index, n), in one splitmix64
     pass: per call the work is a handful of array operations on a few hundred ids, so their fixed
     cost, not the ids, decided the time (~10 us a call); views of one array."""
