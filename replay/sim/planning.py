@@ -65,9 +65,14 @@ class StepPlanner:
 
     def next_timer(self) -> float | None:
         """Earliest time something happens without an arrival: a restore lands, a pin expires."""
-        ts = [s.ready_at for s in self.running if s.state == "loading"]
-        ts += [exp for _, exp in self.pins.values()]
-        return min(ts) if ts else None
+        t = None
+        for s in self.running:  # a loop, not a list and min(): called at every plan
+            if s.state == "loading" and (t is None or s.ready_at < t):
+                t = s.ready_at
+        for _, exp in self.pins.values():
+            if t is None or exp < t:
+                t = exp
+        return t
 
     def schedule(self, now: float) -> Plan | None:
         """Admit what fits and plan the next step(s); None when nothing can compute now.
@@ -88,12 +93,16 @@ class StepPlanner:
             self._expire_pins(now)
         B = self.B
         decode: list[Seq] = []
-        for s in self.running:  # one pass: restores that landed, and the decodes
+        prefills: list[Seq] = []
+        for s in self.running:  # one pass: restores that landed, the decodes and the prefills
             state = s.state
             if state == "decode":
                 decode.append(s)
+            elif state == "prefill":
+                prefills.append(s)
             elif state == "loading" and s.ready_at <= now:
                 s.state = "prefill"
+                prefills.append(s)
         while True:
             # blocks each decode needs for one more token (written out inline: a hot path)
             one = [d if (d := -(-(s.kv + 1) // B) - s.held - s.anon) > 0 else 0 for s in decode]
@@ -103,18 +112,18 @@ class StepPlanner:
             if not self._make_room(need):
                 self._preempt(self.running[-1], now)
                 decode = [s for s in self.running if s.state == "decode"]
+                prefills = [s for s in self.running if s.state == "prefill"]
         if need:
             self._allocate(need, now)
             for s, n in zip(decode, one, strict=True):
                 s.anon += n
         budget = self.cfg.max_num_batched_tokens - len(decode)
         chunks = False  # whether a prefill takes a chunk (_mixed_plan lays the chunks out)
-        for s in self.running:
+        for s in prefills:
             if budget <= 0:
                 break
-            if s.state == "prefill":
-                chunks = True
-                budget -= min(s.prefill_len - s.computed, budget)
+            chunks = True
+            budget -= min(s.prefill_len - s.computed, budget)
         while self.waiting and budget > 0 and len(self.running) < self.cfg.max_num_seqs:
             s = self.waiting[0]
             if not self._admit(s, now):
@@ -134,9 +143,12 @@ class StepPlanner:
             return None
         # a decode-only stretch: until the first sequence finishes, a timer fires or blocks run
         # out; the first step's blocks are held already, commit takes those of later steps
-        steps = min(min(s.output_len - s.generated for s in decode), self.max_stretch)
+        steps, ctx = self.max_stretch, 0
+        for s in decode:  # one pass: the stretch's length and the context it starts from
+            ctx += s.kv
+            if (left := s.output_len - s.generated) < steps:
+                steps = left
         steps = self._steps_that_fit(decode, steps)
-        ctx = sum(s.kv for s in decode)
         cum = self.cost.decode_cum_s(len(decode), ctx, steps)
         timer = self.next_timer()
         if timer is not None and timer > now:
@@ -201,7 +213,11 @@ class StepPlanner:
 
     def _steps_that_fit(self, decode: list[Seq], steps: int) -> int:
         B, avail = self.B, self.device.n_available
-        if sum(max(0, -(-(s.kv + steps) // B) - s.held - s.anon) for s in decode) <= avail:
+        need = 0
+        for s in decode:
+            if (n := -(-(s.kv + steps) // B) - s.held - s.anon) > 0:
+                need += n
+        if need <= avail:
             return steps
         kv = np.array([s.kv for s in decode], dtype=np.int64)
         have = np.array([s.held + s.anon for s in decode], dtype=np.int64)
