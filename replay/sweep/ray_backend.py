@@ -45,6 +45,13 @@ __all__ = ["ray_executor", "require_ray", "start_local", "INSTALL_HINT"]
 INSTALL_HINT = "needs the ray package: pip install 'replay[ray]' (or: pip install ray)"
 _PROGRESS_EVERY_S = 5.0
 _LOCAL_OBJECT_STORE_BYTES = 256 * 1024**2  # the runs return a few MiB each; a small store will do
+# Ctrl-C first collects the tasks that end within this long, and cancels only the rest. Ray 2.60's
+# submitter aborts the whole head process when a cancel meets the reply of a task that is just
+# ending ("Check failed: it != submissible_tasks_.end() Tried to complete task that was not
+# pending", TaskManager::CompletePendingTask, task_manager.cc:1329 in the driver's log): the
+# head then left no result files and no stopped engines. Runs started together end together,
+# so a Ctrl-C right after one ended met the other's reply in 2 of 5 tries of the Ctrl-C test.
+_SETTLE_S = 0.5
 
 
 def require_ray(exp: Experiment) -> Any:
@@ -283,25 +290,42 @@ class _Head:
         self.counted += 1
         self.runner.echo(outcome_line(self.counted, len(self.planned), outcome))
 
-    def _cancel(self) -> None:
-        """Ctrl-C: cancel queued tasks and interrupt running ones (their engines stop), wait a
-        little for them, and write what came back. Runs still unaccounted for get an
-        `interrupted` run.json unless the node wrote one, so resume runs them again."""
+    def _collect_ended(self, deadline: float, predictions: bool) -> None:
+        """Until `deadline` or every run (and with `predictions`, the predictions task) has come
+        back: write what each run brought, as a result (a cancelled one brings nothing).
+        Predictions that come back are dropped, not written, as cancelled ones are: a rerun
+        makes them."""
         ray = self.ray
-        predicting = [] if self.predicting is None else [self.predicting]
-        for ref in [*self.refs, *predicting]:  # the predictions too: a rerun writes them
-            with contextlib.suppress(Exception):
-                ray.cancel(ref)
-        deadline = time.monotonic() + self.exp.timeouts.stop_grace_s + 5.0
-        while self.refs and time.monotonic() < deadline:
-            ready, _ = ray.wait(list(self.refs), num_returns=len(self.refs), timeout=0.5)
+        while time.monotonic() < deadline:
+            waiting = list(self.refs)
+            if predictions and self.predicting is not None:
+                waiting.append(self.predicting)
+            if not waiting:
+                return
+            left_s = max(0.0, deadline - time.monotonic())
+            ready, _ = ray.wait(waiting, num_returns=len(waiting), timeout=min(0.5, left_s))
             for ref in ready:
+                if ref not in self.refs:
+                    self.predicting = None
+                    continue
                 p = self.refs.pop(ref)
                 with contextlib.suppress(Exception):
                     result = ray.get(ref)
                     if result["files"] is not None:
                         unpack(self.exp_dir / p.rel_dir, result["files"])
                     self._outcome(RunOutcome(*result["outcome"]))
+
+    def _cancel(self) -> None:
+        """Ctrl-C: cancel queued tasks and interrupt running ones (their engines stop), wait a
+        little for them, and write what came back. Runs still unaccounted for get an
+        `interrupted` run.json unless the node wrote one, so resume runs them again."""
+        ray = self.ray
+        self._collect_ended(time.monotonic() + _SETTLE_S, True)  # no cancel meets a reply
+        predicting = [] if self.predicting is None else [self.predicting]
+        for ref in [*self.refs, *predicting]:  # the predictions too: a rerun writes them
+            with contextlib.suppress(Exception):
+                ray.cancel(ref)
+        self._collect_ended(time.monotonic() + self.exp.timeouts.stop_grace_s + 5.0, False)
         for p in self.refs.values():
             run_dir = self.exp_dir / p.rel_dir
             # a queued run stays unstarted, as in a local sweep; a running one whose node wrote
