@@ -211,9 +211,9 @@ def _room(n: int) -> int:
     return max(n + n // 2, 1024)
 
 
-_NO_IDS = np.empty(0, np.int32)
+_NO_IDS = np.empty(0, np.int32)  # no buffer yet: `_extend` of it allocates one
 # stand-in output ids made together for a task's next calls (64 KB; ~50 calls of a coding agent)
-_OUTPUT_BATCH_TOKENS = 16_384  # no buffer yet: `_extend` of it allocates one
+_OUTPUT_BATCH_TOKENS = 16_384
 
 
 def _extend(buf: np.ndarray, end: int, out: np.ndarray, appended: np.ndarray) -> np.ndarray:
