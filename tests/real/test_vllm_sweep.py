@@ -90,8 +90,11 @@ def test_device_capacity_sweep_hits_fall_with_the_cache_as_the_model_predicts(ti
     print("kv bytes, measured, predicted device hit fraction:")
     for s in sizes:
         print(f"  {s}: {measured[s]:.4f} {predicted[s]:.4f}")
-    # the hit fraction falls as the working set outgrows the cache...
-    assert measured[sizes[0]] < measured[sizes[1]] < measured[sizes[2]]
+    # the hit fraction falls as the working set outgrows the cache... (not always strictly at
+    # the middle size: the three agents' calls reach the engine in the order timing gives, and
+    # for some orders 3 MiB already holds what 8 MiB does; a CI run measured 0.7628 at both,
+    # the model predicting the same for that order)
+    assert measured[sizes[0]] <= measured[sizes[1]] <= measured[sizes[2]]
     assert measured[sizes[2]] - measured[sizes[0]] > 10 * HIT_FRACTION_TOLERANCE
     # ...and each point agrees with the stack-depth model of the device tier
     for s in sizes:
