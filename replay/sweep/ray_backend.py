@@ -49,8 +49,9 @@ _LOCAL_OBJECT_STORE_BYTES = 256 * 1024**2  # the runs return a few MiB each; a s
 # submitter aborts the whole head process when a cancel meets the reply of a task that is just
 # ending ("Check failed: it != submissible_tasks_.end() Tried to complete task that was not
 # pending", TaskManager::CompletePendingTask, task_manager.cc:1329 in the driver's log): the
-# head then left no result files and no stopped engines. Runs started together end together,
-# so a Ctrl-C right after one ended met the other's reply in 2 of 5 tries of the Ctrl-C test.
+# head died at once, writing no placeholders for the interrupted runs. Runs started together end
+# together, so a Ctrl-C right after one ended met the other's reply in 4 of 9 tries of the
+# Ctrl-C test (docs/cluster.md).
 _SETTLE_S = 0.5
 
 
