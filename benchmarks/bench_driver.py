@@ -149,6 +149,8 @@ def _ours(
         runner = asyncio.Runner(loop_factory=uvloop.new_event_loop)
     elif loop_name == "plain":  # asyncio's own selector: timers rounded up to whole ms
         runner = asyncio.Runner(loop_factory=asyncio.new_event_loop)
+    elif loop_name == "nospin":  # the fine selector sleeping to each deadline, no poll
+        runner = asyncio.Runner(loop_factory=lambda: new_loop(0.0))
     else:  # what `replay run` uses (replay/driver/run.py)
         runner = asyncio.Runner(loop_factory=new_loop)
     with quiet_gc():  # as run_replay does (replay/driver/run.py)
@@ -236,7 +238,7 @@ def mooncake_traces(path: Path = MOONCAKE) -> dict[str, Trace] | None:
     }
 
 
-def _drift_stats(rows, secs: float, lags) -> dict:
+def _drift_stats(rows, secs: float, lags, cpu_s: float, wall_s: float) -> dict:
     d = [r["drift_s"] for r in rows]
     return {
         "p50_ms": _ms(percentile(d, 50)),
@@ -246,6 +248,9 @@ def _drift_stats(rows, secs: float, lags) -> dict:
         "requests_per_s": round(len(rows) / secs, 1),
         "seconds": secs,
         "loop_lag_p99_ms": _ms(percentile(lags, 99)),
+        # the client's CPU over the run's wall time (set-up included): what the timer's spin
+        # (replay/driver/fine_timer.py) and the sends cost
+        "client_cpu_fraction": round(cpu_s / wall_s, 3),
         "load_avg_1m": load_avg_1m(),
     }
 
@@ -265,12 +270,12 @@ def _ms(v):
 
 def _drift_short(url: str, trace: Trace, loop_name: str, name: str) -> dict:
     secs = DRIFT_SECONDS_HTTPX if name == "httpx" else DRIFT_SECONDS
-    _, rows, _, lags = _ours(url, trace, DRIFT_POOL, name, True, secs, loop_name)
-    return _drift_stats(rows, secs, lags)
+    cpu, rows, wall, lags = _ours(url, trace, DRIFT_POOL, name, True, secs, loop_name)
+    return _drift_stats(rows, secs, lags, cpu, wall)
 
 
 def _drift_open(url: str, trace: Trace, loop_name: str = "asyncio") -> dict:
-    _, rows, wall, lags = _ours(
+    cpu, rows, wall, lags = _ours(
         url,
         trace,
         DRIFT_POOL,
@@ -280,7 +285,7 @@ def _drift_open(url: str, trace: Trace, loop_name: str = "asyncio") -> dict:
         gap_scale=1.0 / MOONCAKE_SPEEDUP,
     )
     assert all(r["status"] == "ok" for r in rows), rows[0]
-    return _drift_stats(rows, wall, lags)
+    return _drift_stats(rows, wall, lags, cpu, wall)
 
 
 def run() -> dict:
@@ -438,8 +443,9 @@ def run_drift() -> dict:
     repetition also runs each form the other ways, reported under `loops`: `single` sends each
     call from its own task (the calls due together not sent as one group), `whole` also writes
     each request whole at its deadline (`last_byte_sync` off), `plain` also keeps asyncio's own
-    selector (timers in whole ms), and `unpinned` is the default with the server and the client
-    left to the scheduler (not `pinned_apart`). Side by side, interleaved."""
+    selector (timers in whole ms), `nospin` is the default with the fine selector sleeping to each
+    deadline (`timer_spin_s` 0: no polling before it), and `unpinned` is the default with the
+    server and the client left to the scheduler (not `pinned_apart`). Side by side, interleaved."""
     keep_freed_memory()
     drift_trace = _trace(DRIFT_POOL, 40, 64, 16, 1, lambda r: r.uniform(0.0, 1.0), 3)
     mooncake = mooncake_traces()

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from replay.driver.fine_timer import FineEpollSelector, fine_timer_available, new_loop
+from replay.driver.fine_timer import SPIN_S, FineEpollSelector, fine_timer_available, new_loop
 from replay.driver.options import RunOptions
 from tests.servers import ScriptedTransport, make_trace
 
@@ -53,8 +53,10 @@ def test_io_arriving_during_the_wait_ends_it():
             s.close()
 
 
-def test_a_wait_with_nothing_ready_lasts_at_least_its_timeout():
-    sel = FineEpollSelector()
+@pytest.mark.parametrize("spin_s", [0.0, SPIN_S, 0.003])
+def test_a_wait_with_nothing_ready_lasts_at_least_its_timeout(spin_s):
+    # 0.003: every wait but the last is polled whole
+    sel = FineEpollSelector(spin_s)
     try:
         for timeout_s in (0.0003, 0.0017, 0.004):
             t0 = time.monotonic()
@@ -63,6 +65,48 @@ def test_a_wait_with_nothing_ready_lasts_at_least_its_timeout():
         assert sel.select(0) == []
     finally:
         sel.close()
+
+
+def test_io_arriving_while_the_wait_polls_ends_it():
+    socketpair = socket.socketpair()
+    a, b = socketpair
+    sel = FineEpollSelector(spin_s=30.0)  # the whole wait is polled
+    timer = threading.Timer(0.05, b.send, (b"x",))
+    try:
+        sel.register(a, selectors.EVENT_READ, "a")
+        timer.start()
+        t0 = time.monotonic()
+        ready = sel.select(30.0)
+        assert 0.04 <= time.monotonic() - t0 < 5.0
+        assert [k.data for k, _ in ready] == ["a"]
+    finally:
+        timer.cancel()
+        sel.close()
+        for s in socketpair:
+            s.close()
+
+
+def _wait_cpu_s(spin_s: float, wait_s: float) -> float:
+    sel = FineEpollSelector(spin_s)
+    try:
+        c0 = time.process_time()
+        assert sel.select(wait_s) == []
+        return time.process_time() - c0
+    finally:
+        sel.close()
+
+
+def test_the_spin_is_spent_polling_and_no_spin_sleeps():
+    # CPU, not wall time: a 0.1 s wait polled for its last 0.05 s runs on the CPU for some of
+    # that even on a loaded machine; one that sleeps throughout uses next to none
+    assert _wait_cpu_s(0.05, 0.1) >= 0.005
+    assert _wait_cpu_s(0.0, 0.1) < 0.005
+
+
+@pytest.mark.parametrize("spin_s", [-0.001, float("nan")])
+def test_a_negative_spin_is_refused(spin_s):
+    with pytest.raises(ValueError, match="spin_s"):
+        FineEpollSelector(spin_s)
 
 
 def _min_lateness_s(loop: asyncio.AbstractEventLoop, wait_s: float, n: int) -> float:
@@ -113,18 +157,20 @@ def test_a_signal_ends_the_wait_and_its_handler_runs():
         loop.close()
 
 
-def test_a_real_time_run_uses_the_fine_selector(tmp_path):
+@pytest.mark.parametrize("spin_s", [None, 0.0, 0.002])
+def test_a_real_time_run_uses_the_fine_selector_with_the_options_spin(tmp_path, spin_s):
     from replay.driver.run import run_replay
 
     seen = []
 
     class Probe(ScriptedTransport):
         async def start(self) -> None:
-            seen.append(type(asyncio.get_running_loop()._selector))  # type: ignore[attr-defined]
+            sel = asyncio.get_running_loop()._selector  # type: ignore[attr-defined]
+            seen.append((type(sel), sel.spin_s))
             await super().start()
 
     trace = make_trace({"a": [{}, {}]})
-    summary = run_replay(
-        trace, lambda: Probe(ttft_s=0.001, per_token_s=0.0), RunOptions(pool=1), tmp_path
-    )
-    assert summary["status"] == "ok" and seen == [FineEpollSelector]
+    opts = RunOptions(pool=1) if spin_s is None else RunOptions(pool=1, timer_spin_s=spin_s)
+    summary = run_replay(trace, lambda: Probe(ttft_s=0.001, per_token_s=0.0), opts, tmp_path)
+    assert summary["status"] == "ok"
+    assert seen == [(FineEpollSelector, SPIN_S if spin_s is None else spin_s)]

@@ -10,7 +10,7 @@ import click
 
 from replay.cli.run_summary import print_summary
 from replay.cli.sim_options import sim_options
-from replay.driver.options import ON_ERROR, TIMINGS, RunOptions
+from replay.driver.options import MAX_TIMER_SPIN_S, ON_ERROR, TIMER_SPIN_S, TIMINGS, RunOptions
 from replay.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -137,6 +137,15 @@ if TYPE_CHECKING:
     "request whole at its deadline [default: on, unless REPLAY_LAST_BYTE_SYNC=off]",
 )
 @click.option(
+    "--timer-spin-s",
+    type=click.FloatRange(0, MAX_TIMER_SPIN_S),
+    default=TIMER_SPIN_S,
+    show_default=True,
+    help="sleep until this long before each send's deadline and poll for the rest, so the "
+    "machine's wake-up latency does not make sends late; costs up to this much client CPU a "
+    "deadline; 0 sleeps to the deadline (docs/driver.md)",
+)
+@click.option(
     "--truncate-prompt-tokens",
     type=int,
     default=None,
@@ -186,6 +195,7 @@ def command(
     forcing: bool | None,
     efficientagent_task_id: bool | None,
     last_byte_sync: bool | None,
+    timer_spin_s: float,
     truncate_prompt_tokens: int | None,
     slo: str | None,
     repeats: int | None,
@@ -253,6 +263,7 @@ def command(
         truncate_prompt_tokens=truncate_prompt_tokens,
         request_extras=adapter.request_extras,
         efficientagent_task_id=use_task_id,
+        timer_spin_s=timer_spin_s,
         **sync,
     )
     if repeats is not None:
@@ -262,6 +273,7 @@ def command(
             server_gone_grace_s=server_gone_grace_s, forcing=forcing,
             truncate_prompt_tokens=truncate_prompt_tokens,
             efficientagent_task_id=efficientagent_task_id, last_byte_sync=last_byte_sync,
+            timer_spin_s=timer_spin_s,
         )  # fmt: skip
         if url is not None:
             run_keys["transport"] = transport_name

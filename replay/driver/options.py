@@ -7,6 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from replay.driver.fine_timer import SPIN_S as TIMER_SPIN_S
 from replay.errors import ConfigError
 
 __all__ = ["RunOptions", "TIMINGS", "ON_ERROR", "task_identity_fields"]
@@ -15,6 +16,8 @@ TIMINGS = ("think", "original")
 # Beyond this a scaled gap or arrival time (each at most 1e9 s) leaves any sensible clock range.
 MAX_GAP_SCALE = 1e6
 ON_ERROR = ("continue", "abort-task")
+# a spin this long would cost more CPU than any timer precision is worth
+MAX_TIMER_SPIN_S = 0.01
 
 # engine adapter hook: (max_tokens, forced output ids or None) -> extra request fields
 RequestExtras = Callable[[int, list[int] | None], dict[str, Any]]
@@ -69,6 +72,9 @@ class RunOptions:
     - `last_byte_sync`: a long prompt's request is written but its last byte shortly before its
       deadline, the last byte at it, where the transport can (raw); off sends it whole at the
       deadline (docs/driver.md, "Last-byte sync"). On unless `REPLAY_LAST_BYTE_SYNC=off`.
+    - `timer_spin_s`: in a real-time run, the loop sleeps until this long before a timer's
+      deadline and polls for the rest, so the machine's wake-up latency does not make sends late
+      (replay/driver/fine_timer.py); costs up to this much CPU a deadline; 0 turns it off.
     - `progress`: live progress on stderr; `progress_plain`: as plain lines even on a terminal.
     """
 
@@ -91,6 +97,7 @@ class RunOptions:
     drift_warn_s: float = 0.010
     efficientagent_task_id: bool = False
     last_byte_sync: bool = field(default_factory=lambda: _env_on("REPLAY_LAST_BYTE_SYNC"))
+    timer_spin_s: float = TIMER_SPIN_S
 
     def __post_init__(self) -> None:
         def bad(field: str, why: str) -> ConfigError:
@@ -114,6 +121,10 @@ class RunOptions:
         for name in ("server_gone_grace_s", "interrupt_grace_s", "drift_warn_s"):
             if not getattr(self, name) >= 0:
                 raise bad(name, f"must be >= 0, got {getattr(self, name)!r}")
+        if not 0 <= self.timer_spin_s <= MAX_TIMER_SPIN_S:
+            raise bad(
+                "timer_spin_s", f"must be in [0, {MAX_TIMER_SPIN_S:g}] s, got {self.timer_spin_s!r}"
+            )
         if self.truncate_prompt_tokens is not None and self.truncate_prompt_tokens < 1:
             raise bad("truncate_prompt_tokens", f"must be >= 1, got {self.truncate_prompt_tokens}")
 

@@ -202,7 +202,8 @@ def _run(
             loop: asyncio.AbstractEventLoop = VirtualTimeLoop()
         else:
             keep_freed_memory()  # client CPU per call: see replay/driver/alloc.py
-            loop = new_loop()  # timers to the microsecond: see replay/driver/fine_timer.py
+            # timers to the microsecond: see replay/driver/fine_timer.py
+            loop = new_loop(options.timer_spin_s)
         # The trace and everything loaded so far live for the whole run: freeze them out of the
         # cyclic GC, whose full passes over a large trace otherwise stall the loop for 50-150 ms
         # (send drift) at unpredictable moments; and collect rarely (see quiet_gc).

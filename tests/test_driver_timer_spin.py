@@ -1,0 +1,84 @@
+"""Setting the real-time loop's spin where a user does: `replay run --timer-spin-s` and `[run]
+timer_spin_s` in an experiment file; run.json records the value used, and a value out of range is
+refused naming its option. (What the spin does to a wait: tests/test_driver_fine_timer.py.)"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import orjson
+import pytest
+
+from replay.driver.options import MAX_TIMER_SPIN_S, TIMER_SPIN_S
+from replay.errors import ConfigError
+from replay.sweep.config import load_experiment
+from replay.sweep.runner import run_sweep
+from replay.trace.io import write_trace
+from tests.servers import make_trace
+
+
+def _replay(argv: list[str], capsys) -> tuple[int, str]:
+    from replay.cli.main import main
+
+    try:
+        main(argv)
+    except SystemExit as e:
+        return int(e.code or 0), capsys.readouterr().err
+    return 0, capsys.readouterr().err
+
+
+def _spin(run_dir: Path) -> float:
+    return orjson.loads((run_dir / "run.json").read_bytes())["config"]["timer_spin_s"]
+
+
+@pytest.mark.parametrize("value", [None, "0", "0.002"])
+def test_the_run_flag_reaches_run_json(tmp_path, capsys, value):
+    trace = tmp_path / "t.jsonl"
+    write_trace(make_trace({"a": [{}, {}]}), trace)
+    out = tmp_path / "run"
+    argv = ["run", "--trace", str(trace), "--pool", "1", "--out", str(out), "--engine", "sim"]
+    code, err = _replay([*argv, *(["--timer-spin-s", value] if value else [])], capsys)
+    assert code == 0, err
+    assert _spin(out) == (TIMER_SPIN_S if value is None else float(value))
+
+
+@pytest.mark.parametrize("value", ["-0.001", str(MAX_TIMER_SPIN_S * 2)])
+def test_a_spin_out_of_range_is_refused_naming_the_flag(tmp_path, capsys, value):
+    trace = tmp_path / "t.jsonl"
+    write_trace(make_trace({"a": [{}]}), trace)
+    out = tmp_path / "run"
+    argv = ["run", "--trace", str(trace), "--pool", "1", "--out", str(out), "--engine", "sim"]
+    code, err = _replay([*argv, "--timer-spin-s", value], capsys)
+    assert code == 2 and "--timer-spin-s" in err, err
+    assert not out.exists()
+
+
+EXPERIMENT = """\
+name = "spin"
+repeats = 1
+[trace]
+synth = {{ preset = "swe-agent", tasks = 2, seed = 1, max_calls_per_task = 2 }}
+[run]
+pool = 2
+{run}
+[engine]
+kind = "sim"
+[matrix]
+host_tier_gib = [0]
+"""
+
+
+def test_the_experiment_file_sets_it(tmp_path):
+    path = tmp_path / "spin.toml"
+    path.write_text(EXPERIMENT.format(run="timer_spin_s = 0.0"))
+    result = run_sweep(load_experiment(path), results_root=tmp_path / "res", echo=lambda s: None)
+    assert [o.status for o in result.outcomes] == ["ok"]
+    assert [_spin(result.exp_dir / o.rel_dir) for o in result.outcomes] == [0.0]
+
+
+def test_an_experiment_spin_out_of_range_names_its_key(tmp_path):
+    path = tmp_path / "spin.toml"
+    path.write_text(EXPERIMENT.format(run="timer_spin_s = 0.5"))
+    with pytest.raises(ConfigError) as e:
+        load_experiment(path)
+    assert e.value.field == "run.timer_spin_s", e.value
