@@ -1,6 +1,8 @@
 """Setting the real-time loop's spin where a user does: `replay run --timer-spin-s` and `[run]
 timer_spin_s` in an experiment file; run.json records the value used, and a value out of range is
-refused naming its option. (What the spin does to a wait: tests/test_driver_fine_timer.py.)"""
+refused naming its option. A run reports the share of its time it spent polling, and the drift
+diagnosis does not count that as client CPU saturation. (What the spin does to a wait:
+tests/test_driver_fine_timer.py.)"""
 
 from __future__ import annotations
 
@@ -9,12 +11,13 @@ from pathlib import Path
 import orjson
 import pytest
 
-from replay.driver.options import MAX_TIMER_SPIN_S, TIMER_SPIN_S
+from replay.driver.options import MAX_TIMER_SPIN_S, TIMER_SPIN_S, RunOptions
+from replay.driver.run import run_replay
 from replay.errors import ConfigError
 from replay.sweep.config import load_experiment
 from replay.sweep.runner import run_sweep
 from replay.trace.io import write_trace
-from tests.servers import make_trace
+from tests.servers import ScriptedTransport, make_trace
 
 
 def _replay(argv: list[str], capsys) -> tuple[int, str]:
@@ -82,3 +85,31 @@ def test_an_experiment_spin_out_of_range_names_its_key(tmp_path):
     with pytest.raises(ConfigError) as e:
         load_experiment(path)
     assert e.value.field == "run.timer_spin_s", e.value
+
+
+def _short_waits(out: Path, spin_s: float, drift_warn_s: float = 0.010) -> dict:
+    """30 calls of 5 ms after 5 ms gaps: every wait shorter than the longest spin; prompts of
+    a few tokens, quick to encode."""
+    trace = make_trace({"a": [{"gap": 0.005, "new": 1, "out": 1}] * 30})
+    opts = RunOptions(pool=1, timer_spin_s=spin_s, drift_warn_s=drift_warn_s)
+    return run_replay(trace, lambda: ScriptedTransport(ttft_s=0.005, per_token_s=0.0), opts, out)
+
+
+def test_a_run_reports_the_share_of_its_time_spent_polling(tmp_path):
+    polled = _short_waits(tmp_path / "polled", MAX_TIMER_SPIN_S)
+    slept = _short_waits(tmp_path / "slept", 0.0)
+    assert polled["status"] == slept["status"] == "ok"
+    assert slept["client_spin_fraction"] == 0.0
+    # most of the run is waits polled whole
+    assert 0.3 <= polled["client_spin_fraction"] <= 1.0
+    doc = orjson.loads((tmp_path / "polled" / "run.json").read_bytes())
+    assert doc["summary"]["client_spin_fraction"] == polled["client_spin_fraction"]
+
+
+def test_polling_is_not_diagnosed_as_client_cpu_saturation(tmp_path):
+    # a drift limit of 20 us makes the diagnosis run (and no prompt here takes half of it to
+    # encode); the process is on the CPU nearly all the run, polling, which says nothing about
+    # whether it had CPU to spare
+    got = _short_waits(tmp_path / "r", MAX_TIMER_SPIN_S, drift_warn_s=2e-5)
+    assert got["drift_cause"] in ("machine", "transport"), got["warnings"]
+    assert got["client_cpu_fraction"] - got["client_spin_fraction"] < 0.85

@@ -32,7 +32,7 @@ import selectors
 import sys
 import time
 
-__all__ = ["FineEpollSelector", "new_loop", "fine_timer_available"]
+__all__ = ["FineEpollSelector", "new_loop", "fine_timer_available", "spun_s"]
 
 # `select(2)` takes only fds below FD_SETSIZE; the epoll fd is made when the loop is, before the
 # run opens its connections, so it is low in practice; if not, the loop waits as plain asyncio
@@ -59,6 +59,9 @@ class FineEpollSelector(selectors.EpollSelector):  # type: ignore[misc,name-defi
         self._fine = fd < _FD_SETSIZE
         self._rfds = [fd]
         self.spin_s = spin_s
+        # seconds spent polling: CPU the process used only to be on time, which a diagnosis of
+        # client CPU saturation must not count (replay/driver/run.py)
+        self.spun_s = 0.0
 
     def select(self, timeout: float | None = None) -> list:
         if timeout is None or timeout <= 0 or not self._fine:
@@ -71,10 +74,13 @@ class FineEpollSelector(selectors.EpollSelector):  # type: ignore[misc,name-defi
         # asyncio's signal wake-up fd is registered, so a signal ends it too
         if sleep_s > 0 and select.select(self._rfds, (), (), sleep_s)[0]:
             return super().select(0)
+        t0 = now = time.monotonic()
         while True:
             ready = super().select(0)
-            if ready or time.monotonic() >= end:
+            if ready or now >= end:
+                self.spun_s += now - t0
                 return ready
+            now = time.monotonic()
 
 
 def _lower_timer_slack() -> None:
@@ -93,3 +99,8 @@ def new_loop(spin_s: float = SPIN_S) -> asyncio.AbstractEventLoop:
         return asyncio.new_event_loop()
     _lower_timer_slack()
     return asyncio.SelectorEventLoop(FineEpollSelector(spin_s))
+
+
+def spun_s(loop: asyncio.AbstractEventLoop) -> float:
+    """Seconds `loop`'s selector spent polling before deadlines (0 for any other loop)."""
+    return float(getattr(getattr(loop, "_selector", None), "spun_s", 0.0))

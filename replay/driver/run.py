@@ -28,7 +28,7 @@ from typing import Any
 from replay.clock import VirtualTimeLoop
 from replay.driver.alloc import keep_freed_memory
 from replay.driver.diagnose import diagnose_drift
-from replay.driver.fine_timer import new_loop
+from replay.driver.fine_timer import new_loop, spun_s
 from replay.driver.options import RunOptions
 from replay.driver.pool import RunControl, RunResult, replay
 from replay.driver.records import (
@@ -195,6 +195,7 @@ def _run(
     result: RunResult | None = None
     counters: Mapping[str, Any] | None = None
     cpu_fraction: float | None = None
+    spin_fraction: float | None = None
     wall_s = 0.0
     made: dict[str, Any] = {}  # what _main learns of the transport (its name, for diagnosis)
     try:
@@ -215,6 +216,7 @@ def _run(
                 )
             wall_s = time.perf_counter() - wall0
             cpu_fraction = (time.process_time() - cpu0) / wall_s if wall_s > 0 else None
+            spin_fraction = spun_s(loop) / wall_s if wall_s > 0 else None
             if counters_fn is not None:
                 counters = dict(counters_fn())
         finally:
@@ -240,6 +242,9 @@ def _run(
     summary["connection_retries"] = result.connection_retries
     # share of one core the replay process used over the run (virtual time: not meaningful)
     summary["client_cpu_fraction"] = None if virtual else cpu_fraction
+    # of that, the share spent polling before deadlines (replay/driver/fine_timer.py): CPU used
+    # only to send on time, left out when deciding whether the client's core was the limit
+    summary["client_spin_fraction"] = None if virtual else spin_fraction
     warnings = list(early_warnings)
     drift = summary["drift_p99_s"]
     healthy_end = result.status in (RunStatus.OK, RunStatus.ERRORS)
@@ -253,7 +258,9 @@ def _run(
         diagnosis = diagnose_drift(
             drift,
             options.drift_warn_s,
-            client_cpu_fraction=cpu_fraction,
+            client_cpu_fraction=None
+            if cpu_fraction is None
+            else max(0.0, cpu_fraction - (spin_fraction or 0.0)),
             encode_s=encode_s,
             max_prompt_tokens=longest,
             transport=prov.get("transport") or made.get("transport"),
