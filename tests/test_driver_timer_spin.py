@@ -17,17 +17,11 @@ from replay.errors import ConfigError
 from replay.sweep.config import load_experiment
 from replay.sweep.runner import run_sweep
 from replay.trace.io import write_trace
+from tests.cli_batch import run_one
 from tests.servers import ScriptedTransport, make_trace
+from tests.test_driver_last_byte_switch import EXPERIMENT  # a small sim sweep: [run] and [matrix]
 
-
-def _replay(argv: list[str], capsys) -> tuple[int, str]:
-    from replay.cli.main import main
-
-    try:
-        main(argv)
-    except SystemExit as e:
-        return int(e.code or 0), capsys.readouterr().err
-    return 0, capsys.readouterr().err
+ONE_POINT = "host_tier_gib = [0]"
 
 
 def _spin(run_dir: Path) -> float:
@@ -35,45 +29,30 @@ def _spin(run_dir: Path) -> float:
 
 
 @pytest.mark.parametrize("value", [None, "0", "0.002"])
-def test_the_run_flag_reaches_run_json(tmp_path, capsys, value):
+def test_the_run_flag_reaches_run_json(tmp_path, value):
     trace = tmp_path / "t.jsonl"
     write_trace(make_trace({"a": [{}, {}]}), trace)
     out = tmp_path / "run"
     argv = ["run", "--trace", str(trace), "--pool", "1", "--out", str(out), "--engine", "sim"]
-    code, err = _replay([*argv, *(["--timer-spin-s", value] if value else [])], capsys)
-    assert code == 0, err
+    got = run_one(str(tmp_path), [*argv, *(["--timer-spin-s", value] if value else [])])
+    assert got["code"] == 0, got["err"]
     assert _spin(out) == (TIMER_SPIN_S if value is None else float(value))
 
 
 @pytest.mark.parametrize("value", ["-0.001", str(MAX_TIMER_SPIN_S * 2)])
-def test_a_spin_out_of_range_is_refused_naming_the_flag(tmp_path, capsys, value):
+def test_a_spin_out_of_range_is_refused_naming_the_flag(tmp_path, value):
     trace = tmp_path / "t.jsonl"
     write_trace(make_trace({"a": [{}]}), trace)
     out = tmp_path / "run"
     argv = ["run", "--trace", str(trace), "--pool", "1", "--out", str(out), "--engine", "sim"]
-    code, err = _replay([*argv, "--timer-spin-s", value], capsys)
-    assert code == 2 and "--timer-spin-s" in err, err
+    got = run_one(str(tmp_path), [*argv, "--timer-spin-s", value])
+    assert got["code"] == 2 and "--timer-spin-s" in got["err"], got["err"]
     assert not out.exists()
-
-
-EXPERIMENT = """\
-name = "spin"
-repeats = 1
-[trace]
-synth = {{ preset = "swe-agent", tasks = 2, seed = 1, max_calls_per_task = 2 }}
-[run]
-pool = 2
-{run}
-[engine]
-kind = "sim"
-[matrix]
-host_tier_gib = [0]
-"""
 
 
 def test_the_experiment_file_sets_it(tmp_path):
     path = tmp_path / "spin.toml"
-    path.write_text(EXPERIMENT.format(run="timer_spin_s = 0.0"))
+    path.write_text(EXPERIMENT.format(run="timer_spin_s = 0.0", matrix=ONE_POINT))
     result = run_sweep(load_experiment(path), results_root=tmp_path / "res", echo=lambda s: None)
     assert [o.status for o in result.outcomes] == ["ok"]
     assert [_spin(result.exp_dir / o.rel_dir) for o in result.outcomes] == [0.0]
@@ -81,7 +60,7 @@ def test_the_experiment_file_sets_it(tmp_path):
 
 def test_an_experiment_spin_out_of_range_names_its_key(tmp_path):
     path = tmp_path / "spin.toml"
-    path.write_text(EXPERIMENT.format(run="timer_spin_s = 0.5"))
+    path.write_text(EXPERIMENT.format(run="timer_spin_s = 0.5", matrix=ONE_POINT))
     with pytest.raises(ConfigError) as e:
         load_experiment(path)
     assert e.value.field == "run.timer_spin_s", e.value
