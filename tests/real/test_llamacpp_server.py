@@ -87,7 +87,14 @@ def test_live_metrics_match_the_captured_fixture(tmp_path, model_dir):
 @pytest.mark.parametrize("cache_ram_mib", [0, 4, 6, 8, 10, 12])
 def test_ram_tier_matches_whole_prompt_model_call_by_call(tmp_path, model_dir, cache_ram_mib):
     """Six agents take turns on two slots, one call at a time: every call's cached tokens, the
-    metric deltas and the eviction log lines are what the whole-prompt model says."""
+    metric deltas and the eviction log lines are what the whole-prompt model says.
+
+    Save for one thing the model cannot know: llama.cpp does not force outputs, so a slot entry
+    ends in the server's own sampled tokens, and when the first of them happens to be the
+    recorded output's first id the next call of that task matches a token or more past its
+    previous prompt (seen once: 601 cached where the model said 600). So a call may get up to
+    `out` tokens more than the model, and only one that reuses its task's whole previous
+    prompt; the metrics must agree with what the server reported."""
     trace = chain_trace(agents=6, calls=4, first=600, append=150, out=8, seed=cache_ram_mib)
     order = [(f"agent{a}", k) for k in range(4) for a in range(6)]
     prompts = {s.call.ref: s.prompt for t in trace.tasks for s in trace.steps(t)}
@@ -103,22 +110,27 @@ def test_ram_tier_matches_whole_prompt_model_call_by_call(tmp_path, model_dir, c
             for ref in order
         ]
         m1 = c.get("/metrics").text
-    assert got == [o.cached_tokens for o in model.calls]
+    expected = [o.cached_tokens for o in model.calls]
+    previous_prompt = {(t, k): trace.tasks[t][k - 1].prompt_len for t, k in order if k > 0}
+    extra = [g - e for g, e in zip(got, expected, strict=True)]
+    for ref, g, e, x in zip(order, got, expected, extra, strict=True):
+        lucky = 0 < x <= 8 and e == previous_prompt.get(ref)  # the server's own output matched
+        assert x == 0 or lucky, (ref, g, e, got, expected)
     cached = metric(m1, "llamacpp:prompt_tokens_cached_total") - metric(
         m0, "llamacpp:prompt_tokens_cached_total"
     )
     computed = metric(m1, "llamacpp:prompt_tokens_total") - metric(
         m0, "llamacpp:prompt_tokens_total"
     )
-    assert cached == sum(got) == model.totals.cached_tokens
-    assert computed == model.totals.computed_prefill_tokens
+    assert cached == sum(got) == model.totals.cached_tokens + sum(extra)
+    assert computed == model.totals.computed_prefill_tokens - sum(extra)
     evictions = (tmp_path / "server.log").read_text().count("removing oldest entry")
     assert (evictions > 0) == (model.totals.host_evicted_tokens > 0)
     if cache_ram_mib == 0:
         assert model.totals.host_restore_tokens == 0
     if cache_ram_mib >= 12:  # room for the five other agents' entries: every call reuses its task
         assert model.totals.host_evicted_tokens == 0
-        assert sum(got) == sum(c.prompt_len for c in trace.calls if c.index < 3)
+        assert sum(got) - sum(extra) == sum(c.prompt_len for c in trace.calls if c.index < 3)
 
 
 @pytest.mark.parametrize(("cache_ram_mib", "expected"), [(0, 0), (5, 0), (256, 999)])
