@@ -175,7 +175,8 @@ def request_extras(max_tokens: int, forced_output_ids: list[int] | None) -> dict
 
     llama.cpp has no per-position token forcing (logit_bias is the same at every step, grammars
     constrain text, not ids), so recorded output ids are not forced: the server's own tokens end
-    each slot entry, and the next call of a task matches only up to the end of its previous prompt.
+    each slot entry, and the next call of a task matches only up to the end of its previous prompt
+    (further only where the server happened to sample the recorded ids).
     `cache_prompt` is the server's default, sent anyway so that a changed default cannot turn the
     tier off silently.
     """
