@@ -42,7 +42,12 @@ from replay.sweep.runner import Execute, RunOutcome, SweepRunner, outcome_line
 
 __all__ = ["ray_executor", "require_ray", "start_local", "INSTALL_HINT"]
 
-INSTALL_HINT = "needs the ray package: pip install 'replay[ray]' (or: pip install ray)"
+# from the checkout: PyPI's "replay" is another project, so `pip install 'replay[ray]'` would
+# fetch that one
+INSTALL_HINT = (
+    "needs the ray package: make setup-ray, or pip install -e '.[ray]' in this project's checkout"
+    " (or: pip install 'ray>=2.40')"
+)
 _PROGRESS_EVERY_S = 5.0
 _LOCAL_OBJECT_STORE_BYTES = 256 * 1024**2  # the runs return a few MiB each; a small store will do
 # Ctrl-C first collects the tasks that end within this long, and cancels only the rest. Ray 2.60's
