@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from replay.errors import ConfigError
@@ -141,3 +143,26 @@ def test_config_still_exports_the_experiment_types():
     for name in moved:
         assert getattr(config, name) is getattr(experiment, name), name
     assert all(hasattr(config, name) for name in config.__all__)
+
+
+def _docs_example() -> str:
+    """The experiment file docs/sweeps.md shows under "Experiment files"."""
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "sweeps.md").read_text()
+    return doc.split("## Experiment files", 1)[1].split("```toml", 1)[1].split("```", 1)[0]
+
+
+@pytest.mark.parametrize("engines", [None, '["vllm", "sglang"]'])
+def test_the_docs_example_loads_as_shown_and_with_its_engine_axis(engines, tmp_path, monkeypatch):
+    # its paths are the repository's (a bundled trace); a copied example must load as it is
+    monkeypatch.chdir(Path(__file__).resolve().parents[1])
+    text = _docs_example()
+    if engines is not None:
+        hint = '# engine = ["vllm", "sglang"]'
+        assert hint in text
+        text = text.replace(hint, f"engine = {engines}\n#")
+    exp = load_experiment(write(tmp_path, text))  # refuses an option the swept engine lacks
+    resolved = [exp.resolve(p) for p in exp.points()]
+    assert {kind for kind, _, _ in resolved} == (
+        {"vllm"} if engines is None else {"vllm", "sglang"}
+    )
+    assert Path(exp.trace.path).is_file()
