@@ -59,3 +59,33 @@ def test_nothing_cites_what_a_reader_of_the_repo_cannot_see():
         if _OUTSIDE.search(line)
     ]
     assert hits == []
+
+
+def _readme_commands() -> list[str]:
+    """The lines of README.md's Commands block (each starts with `replay`)."""
+    text = (REPO / "README.md").read_text().split("## Commands", 1)[1]
+    block = text.split("```", 2)[1]
+    return [line.split("#", 1)[0] for line in block.splitlines() if line.startswith("replay ")]
+
+
+def test_readme_commands_name_real_subcommands_and_options():
+    import click
+
+    from replay.cli.main import cli
+
+    lines = _readme_commands()
+    assert len(lines) >= 15
+    for line in lines:
+        words = line.split()[1:]
+        cmd: click.Command | None = cli
+        while isinstance(cmd, click.Group) and words:
+            sub = cmd.get_command(click.Context(cmd), words[0])  # the CLI loads them lazily
+            if sub is None:
+                break
+            cmd = sub
+            words.pop(0)
+        assert cmd is not None
+        assert not isinstance(cmd, click.Group), f"README names no subcommand: {line}"
+        opts = {o for p in cmd.params for o in (*p.opts, *p.secondary_opts)}
+        for flag in re.findall(r"(?<![\w-])(--?[a-z][\w-]*)", " ".join(words)):
+            assert flag in opts, f"README: {line.strip()}: {cmd.name} has no {flag}"
