@@ -19,6 +19,8 @@ from typing import NamedTuple
 import orjson
 import pytest
 
+from tests.cli_batch import run_one
+
 ROOT = Path(__file__).resolve().parents[1]
 
 Files = dict[str, bytes]
@@ -238,6 +240,19 @@ BAD_ARGS: list[tuple[str, list[str], str]] = [
     ("synth_out_proc", ["trace", "synth", "--preset", "swe-agent", "--tasks", "1", "-o",
                         "/proc/x"], r"trace synth: -o: cannot write"),
     ("fold_out_empty", ["trace", "fold", "t.jsonl", "-o", ""], r"trace fold: -o: is empty"),
+    # an output that would replace an input (read whole, then written: only the output is left)
+    ("import_out_is_source", ["trace", "import", "--from", "weka", "c.json", "-o", "./c.json"],
+     r"trace import: -o: '\./c\.json' is the source file 'c\.json': .* give another output file"),
+    ("import_out_in_source_dir", ["trace", "import", "--from", "weka", ".", "-o", "o.jsonl"],
+     r"trace import: -o: 'o\.jsonl' is inside the source directory '\.'; write it elsewhere"),
+    ("scale_out_is_source", ["trace", "scale", "t.jsonl", "-o", "t.jsonl", "--tokens", "1/2"],
+     r"trace scale: -o: 't\.jsonl' is the source file"),
+    ("slice_out_is_source", ["trace", "slice", "t.jsonl", "-o", "t.jsonl", "--tasks", "1"],
+     r"trace slice: -o: 't\.jsonl' is the source file"),
+    ("merge_out_is_source", ["trace", "merge", "c.json", "t.jsonl", "-o", "t.jsonl"],
+     r"trace merge: -o: 't\.jsonl' is the source file 't\.jsonl'"),
+    ("fold_out_is_source", ["trace", "fold", "t.jsonl", "-o", "t.jsonl"],
+     r"trace fold: -o: 't\.jsonl' is the source file"),
     ("validate_missing", ["trace", "validate", "nope.jsonl"], r"nope\.jsonl: -: cannot open"),
     ("run_url_ipv6_open", [*RUN, "--url", "http://[::1"],
      r"run: --url: 'http://\[::1' is not a valid URL"),
@@ -360,3 +375,13 @@ def test_real_replay_process(name: str, tmp_path):
     )
     cp = subprocess.run([*argv, *case.argv], capture_output=True, text=True, cwd=d, timeout=120)
     _check(case, cp.returncode, cp.stdout, cp.stderr)
+
+
+@pytest.mark.parametrize("name", [n for n, _, _ in BAD_ARGS if "_out_is_source" in n])
+def test_an_output_that_is_an_input_leaves_the_input_as_it_was(name: str, tmp_path):
+    case = next(c for c in CASES if c.name == f"args-{name}")
+    d = _prepare(case, tmp_path)
+    r = run_one(str(d), case.argv)
+    _check(case, r["code"], r["out"], r["err"])
+    for rel, data in case.files.items():
+        assert (d / rel).read_bytes() == data, rel

@@ -7,7 +7,8 @@ import sys
 import click
 import orjson
 
-from replay.errors import ConfigError, TraceError
+from replay.cli.trace_out import check_out, write_out
+from replay.errors import TraceError
 
 __all__ = ["command"]
 
@@ -41,27 +42,6 @@ def validate_cmd(file: str, pool: int | None) -> None:
         # where click returns an Exit's code instead of exiting with it.
         sys.exit(e.exit_code)
     click.echo(f"{file}: ok: {len(trace.tasks)} tasks, {len(trace)} calls")
-
-
-def _check_out(out: str, cmd: str) -> None:
-    """Refuse an -o that cannot be a file before the (possibly long) work that fills it."""
-    from pathlib import Path
-
-    if not out.strip():
-        raise ConfigError(f"trace {cmd}", "-o", "is empty; give the output file name")
-    if Path(out).is_dir():
-        raise ConfigError(f"trace {cmd}", "-o", f"{out!r} is a directory; give a file name")
-
-
-def _write(trace: object, out: str, cmd: str) -> None:
-    """write_trace with an unwritable place (no such directory, /proc, read-only) as one line."""
-    from replay.trace.io import write_trace
-
-    try:
-        write_trace(trace, out)  # type: ignore[arg-type]
-    except OSError as e:
-        why = e.strerror or str(e)
-        raise ConfigError(f"trace {cmd}", "-o", f"cannot write {out!r}: {why}") from None
 
 
 def _fmt(v: object) -> str:
@@ -111,9 +91,9 @@ def import_cmd(kind: str, src: tuple[str, ...], out: str, vocab_size: int | None
     """Convert recorded traces (SRC files or directories) into one v1 trace file."""
     from replay.trace.importers import import_trace
 
-    _check_out(out, "import")
+    check_out(out, "import", src)
     trace = import_trace(kind, list(src), vocab_size=vocab_size)
-    _write(trace, out, "import")
+    write_out(trace, out, "import")
     click.echo(f"{out}: {len(trace.tasks)} tasks, {len(trace)} calls")
 
 
@@ -141,7 +121,7 @@ def synth_cmd(
     """Write a seeded synthetic trace calibrated to published agent statistics."""
     from replay.trace.synth import synth
 
-    _check_out(out, "synth")
+    check_out(out, "synth")
     trace = synth(
         preset,
         tasks=tasks,
@@ -152,7 +132,7 @@ def synth_cmd(
         max_prompt_tokens=max_prompt_tokens,
         max_calls_per_task=max_calls_per_task,
     )
-    _write(trace, out, "synth")
+    write_out(trace, out, "synth")
     click.echo(
         f"{out}: {len(trace.tasks)} tasks, {len(trace)} calls, {trace.prompt_tokens:,} prompt tokens"
     )
@@ -172,9 +152,9 @@ def fold_cmd(file: str, out: str, **spec: object) -> None:
     from replay.trace.fold import FoldSpec, fold_trace
     from replay.trace.io import read_trace
 
-    _check_out(out, "fold")
+    check_out(out, "fold", [file])
     trace = fold_trace(read_trace(file), FoldSpec(**spec))  # type: ignore[arg-type]
-    _write(trace, out, "fold")
+    write_out(trace, out, "fold")
     click.echo(
         f"{out}: {len(trace.tasks)} tasks, {len(trace)} calls, {trace.prompt_tokens:,} prompt tokens"
     )

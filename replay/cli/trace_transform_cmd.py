@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 
+from replay.cli.trace_out import check_out, write_out
 from replay.errors import ConfigError, TraceError
 
 __all__ = ["add_to"]
@@ -22,10 +23,8 @@ def _read(file: str):  # noqa: ANN202 (the Trace import stays lazy)
         sys.exit(e.exit_code)
 
 
-def _written(trace, out: str) -> None:  # noqa: ANN001
-    from replay.trace.io import write_trace
-
-    write_trace(trace, out)
+def _written(trace, out: str, cmd: str) -> None:  # noqa: ANN001
+    write_out(trace, out, cmd)
     click.echo(
         f"{out}: {len(trace.tasks)} tasks, {len(trace)} calls, {trace.prompt_tokens:,} prompt tokens"
     )
@@ -47,7 +46,8 @@ def scale_cmd(file: str, out: str, tokens: str, time_factor: float) -> None:
     from replay.trace.scale import parse_fraction, scale_trace
 
     k = parse_fraction(tokens)
-    _written(scale_trace(_read(file), k, time_factor), out)
+    check_out(out, "scale", [file])
+    _written(scale_trace(_read(file), k, time_factor), out, "scale")
 
 
 def _pair(text: str | None, option: str, kind: type, unit: str) -> tuple:
@@ -109,10 +109,11 @@ def slice_cmd(
     if max_calls_per_task is not None:
         stop = max_calls_per_task
     ids = None if task_ids is None else [t for t in task_ids.split(",") if t]
+    check_out(out, "slice", [file])
     cut = slice_trace(
         _read(file), tasks=tasks, task_ids=ids, start=start or 0, stop=stop, window_s=window_s
     )
-    _written(cut, out)
+    _written(cut, out, "slice")
 
 
 @click.command("merge")
@@ -123,7 +124,8 @@ def merge_cmd(files: tuple[str, ...], out: str) -> None:
     from replay.trace.slicing import merge_traces
 
     names = [Path(f).name.split(".")[0] for f in files]
-    _written(merge_traces([_read(f) for f in files], names), out)
+    check_out(out, "merge", files)
+    _written(merge_traces([_read(f) for f in files], names), out, "merge")
 
 
 def add_to(group: click.Group) -> None:
