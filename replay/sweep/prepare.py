@@ -12,7 +12,7 @@ from typing import Any
 from replay.engines.registry import get_engine
 from replay.errors import ConfigError, ReplayError
 from replay.sweep.config import Experiment, Point
-from replay.sweep.results import write_bytes_atomic, write_json_atomic
+from replay.sweep.results import RUN_FILES, write_bytes_atomic, write_json_atomic
 
 __all__ = [
     "load_trace",
@@ -56,10 +56,15 @@ def load_trace(exp: Experiment):
 
 def keep_experiment_file(exp: Experiment, exp_dir: Path, *, force: bool) -> None:
     """Copy the experiment file into the results folder. Resuming with a changed file would mix
-    two experiments under one name, so that is refused unless --force."""
+    two experiments under one name, so that is refused unless --force. A folder that holds no
+    run yet (a sweep that stopped before its first run: a bad trace, a failed preflight) has
+    nothing to mix: the changed file replaces the kept one, and predictions made from the old
+    file, if any, go with it."""
     text = Path(exp.source).read_bytes()
     kept = exp_dir / "experiment.toml"
-    if kept.exists() and not force and kept.read_bytes() != text:
+    if kept.exists() and not force and kept.read_bytes() != text and not _holds_runs(exp_dir):
+        (exp_dir / PREDICTIONS_FILE).unlink(missing_ok=True)
+    elif kept.exists() and not force and kept.read_bytes() != text:
         raise ConfigError(
             exp.source,
             None,
@@ -67,6 +72,11 @@ def keep_experiment_file(exp: Experiment, exp_dir: Path, *, force: bool) -> None
             "or give the experiment a new name",
         )
     write_bytes_atomic(kept, text)
+
+
+def _holds_runs(exp_dir: Path) -> bool:
+    """Whether any run of the sweep has left a file in its run directory (point/rN/)."""
+    return any(f.name in RUN_FILES for f in exp_dir.glob("*/*/*"))
 
 
 def prediction_inputs(exp: Experiment, point: Point) -> dict[str, Any]:
