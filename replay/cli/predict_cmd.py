@@ -16,7 +16,7 @@ from replay.errors import ConfigError
 from replay.model.closed_form import closed_form
 from replay.model.economics import economics_table
 from replay.model.order import ServiceModel
-from replay.model.presets import GIB, get_hardware, get_model
+from replay.model.presets import GIB, MAX_TIER_GIB, get_hardware, get_model
 from replay.model.run_order import parse_order
 from replay.model.session import ACCESS, session_curve, turn_prices
 
@@ -32,7 +32,7 @@ def _numbers(kind, text: str | None, name: str) -> list:
         raise click.BadParameter(
             f"expected comma-separated numbers, got {text!r}", param_hint=name
         ) from None
-    if any(v < 0 for v in values):
+    if not all(v >= 0 for v in values):  # NaN too
         raise click.BadParameter("values must be >= 0", param_hint=name)
     return values
 
@@ -194,6 +194,11 @@ def command(**o) -> None:
     """
     mode = o["mode"] or "trace"
     tiers = _numbers(float, o["tiers_gib"], "--tiers-gib")
+    for gib, flag in [*((t, "--tiers-gib") for t in tiers), (o["device_gib"], "--device-gib")]:
+        if not 0 <= gib <= MAX_TIER_GIB:
+            raise click.BadParameter(
+                f"tier sizes must be in [0, {MAX_TIER_GIB:,.0f}] GiB, got {gib}", param_hint=flag
+            )
     if mode == "closed-form":
         pool = _require(o["pool"], "--pool", "--closed-form")
         bpt = _bytes_per_token(o["bytes_per_token"], o["model"], o["tp"], "with --closed-form")

@@ -21,9 +21,14 @@ __all__ = [
     "HARDWARE",
     "get_model",
     "get_hardware",
+    "GIB",
+    "MAX_TIER_GIB",
 ]
 
 GIB = 1 << 30
+# the largest KV tier (device or host) a size may name, in GiB: 1 PiB. A bound, so that a typo
+# (1e300) or inf is refused where it is written rather than overflowing a chunk count later.
+MAX_TIER_GIB = float(1 << 20)
 
 
 @dataclass(frozen=True)

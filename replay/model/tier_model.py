@@ -16,7 +16,7 @@ from replay.counters import COMPUTED_PREFILL_TOKENS
 from replay.errors import ConfigError
 from replay.model.lru_events import device_pass, host_pass
 from replay.model.order import Schedule
-from replay.model.presets import GIB
+from replay.model.presets import GIB, MAX_TIER_GIB
 from replay.model.streams import KeyedTrace, build_stream, order_indices
 
 __all__ = ["TierPrediction", "TierModel", "host_capacity_chunks"]
@@ -24,8 +24,12 @@ __all__ = ["TierPrediction", "TierModel", "host_capacity_chunks"]
 
 def host_capacity_chunks(tier_gib: float, chunk_tokens: int, bytes_per_token: float) -> int:
     """Chunks a host tier of `tier_gib` GiB holds: floor(bytes / (chunk_tokens * bytes_per_token))."""
-    if tier_gib < 0:
-        raise ConfigError("predict", "tiers_gib", f"tier sizes must be >= 0, got {tier_gib}")
+    if not 0 <= tier_gib <= MAX_TIER_GIB:
+        raise ConfigError(
+            "predict",
+            "tiers_gib",
+            f"tier sizes must be in [0, {MAX_TIER_GIB:,.0f}], got {tier_gib}",
+        )
     return int(math.floor(tier_gib * GIB / (chunk_tokens * bytes_per_token)))
 
 

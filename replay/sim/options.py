@@ -7,11 +7,19 @@ options live in `replay.cli.sim_options`; sweeps pass the TOML keys) via `SimCon
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 from typing import Any
 
 from replay.errors import ConfigError
-from replay.model.presets import GIB, HardwarePreset, ModelPreset, get_hardware, get_model
+from replay.model.presets import (
+    GIB,
+    MAX_TIER_GIB,
+    HardwarePreset,
+    ModelPreset,
+    get_hardware,
+    get_model,
+)
 from replay.sim.batch_defaults import batch_defaults_for
 
 __all__ = [
@@ -91,15 +99,22 @@ class SimConfig:
                 raise bad(f, f"must be a positive integer, got {getattr(self, f)}")
         if self.chunk_tokens % self.block_tokens:
             raise bad("chunk_tokens", "must be a multiple of --block-tokens")
-        for f in ("device_kv_gib", "host_tier_gib", "rate_limit_gib_s", "ttl_s", "window_s"):
+        for f in ("device_kv_gib", "host_tier_gib"):
+            if not 0 <= float(getattr(self, f)) <= MAX_TIER_GIB:
+                raise bad(f, f"must be in [0, {MAX_TIER_GIB:,.0f}] GiB, got {getattr(self, f)}")
+        # inf is a meaning here: no write budget, pinned for good, an unbounded window
+        for f in ("rate_limit_gib_s", "ttl_s", "window_s"):
             if not float(getattr(self, f)) >= 0:
                 raise bad(f, f"must be >= 0, got {getattr(self, f)}")
-        if self.kappa < 0:
-            raise bad("kappa", "must be >= 0")
+        if not self.kappa >= 0:
+            raise bad("kappa", f"must be >= 0, got {self.kappa}")
         if not 0 < self.efficiency <= 1:
             raise bad("efficiency", f"must be in (0, 1], got {self.efficiency}")
-        if self.time_scale < 0 or self.step_overhead_s < 0:
-            raise bad("time_scale", "must be >= 0")
+        for f in ("time_scale", "step_overhead_s"):
+            if not 0 <= float(getattr(self, f)) < math.inf:
+                raise bad(f, f"must be a finite number >= 0, got {getattr(self, f)}")
+        if not int(self.seed) >= 0:  # numpy's seeding takes no negative seed
+            raise bad("seed", f"must be an integer >= 0, got {self.seed}")
         if not 0 < self.host_link_efficiency <= 1:
             raise bad("host_link_efficiency", f"must be in (0, 1], got {self.host_link_efficiency}")
         if not self.transfer_overhead_s >= 0:

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from replay.errors import ConfigError
+from replay.model.presets import MAX_TIER_GIB
 from replay.sweep import schema
 from replay.sweep.experiment import Experiment, Point, value_name
 from replay.sweep.schema import build_checked, check_table, fields_model
@@ -18,11 +19,21 @@ from replay.sweep.schema import build_checked, check_table, fields_model
 __all__ = ["check_synth", "parse_matrix", "check_points"]
 
 
-def _number(where: str, fld: str, value: Any, *, minimum: float, integer: bool = False) -> Any:
+def _number(
+    where: str,
+    fld: str,
+    value: Any,
+    *,
+    minimum: float,
+    integer: bool = False,
+    maximum: float | None = None,
+) -> Any:
     ok_type = (int,) if integer else (int, float)
-    if isinstance(value, bool) or not isinstance(value, ok_type) or value < minimum:
-        kind = "an integer" if integer else "a number"
+    kind = "an integer" if integer else "a number"
+    if isinstance(value, bool) or not isinstance(value, ok_type) or not value >= minimum:
         raise ConfigError(where, fld, f"must be {kind} >= {minimum}, got {value!r}")
+    if maximum is not None and not value <= maximum:
+        raise ConfigError(where, fld, f"must be {kind} <= {maximum:,.0f}, got {value!r}")
     return value
 
 
@@ -39,6 +50,8 @@ def check_synth(where: str, synth: Mapping[str, Any]) -> None:
     for key in ("tasks", "max_prompt_tokens", "max_calls_per_task"):
         if synth.get(key) is not None and synth[key] < 1:
             raise ConfigError(where, f"trace.synth.{key}", f"must be >= 1, got {synth[key]!r}")
+    if synth.get("seed") is not None and synth["seed"] < 0:
+        raise ConfigError(where, "trace.synth.seed", f"must be >= 0, got {synth['seed']!r}")
     if synth.get("fold") is not None:
         fold_path = lambda k: f"trace.synth.fold.{k}" if k else "trace.synth.fold"  # noqa: E731
         check_table(fields_model(FoldSpec), synth["fold"], where, fold_path)
@@ -55,7 +68,10 @@ def parse_matrix(where: str, table: Mapping[str, Any]) -> tuple[tuple[str, tuple
         names = [value_name(v) for v in values]
         if len(set(names)) != len(names):
             raise ConfigError(where, fld, f"values repeat (as point names: {', '.join(names)})")
-        if key in ("host_tier_gib", "device_kv_gib", "kappa"):
+        if key in ("host_tier_gib", "device_kv_gib"):
+            for v in values:
+                _number(where, fld, v, minimum=0, maximum=MAX_TIER_GIB)
+        if key == "kappa":
             for v in values:
                 _number(where, fld, v, minimum=0)
         if key == "pool":

@@ -150,6 +150,8 @@ def synth(
     n_tasks = p.default_tasks if tasks is None else tasks
     if n_tasks <= 0:
         raise ConfigError("synth", "tasks", f"must be positive, got {n_tasks}")
+    if seed < 0:  # numpy's seeding takes no negative seed
+        raise ConfigError("synth", "seed", f"must be >= 0, got {seed}")
     if not (scale > 0 and math.isfinite(scale)):
         raise ConfigError("synth", "scale", f"must be a positive number, got {scale}")
     if vocab_size < 2:
