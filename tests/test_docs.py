@@ -89,3 +89,17 @@ def test_readme_commands_name_real_subcommands_and_options():
         opts = {o for p in cmd.params for o in (*p.opts, *p.secondary_opts)}
         for flag in re.findall(r"(?<![\w-])(--?[a-z][\w-]*)", " ".join(words)):
             assert flag in opts, f"README: {line.strip()}: {cmd.name} has no {flag}"
+
+
+def test_every_simulator_option_is_in_the_options_table():
+    from replay.cli.sim_options import _OPTIONS
+
+    doc = (DOCS / "simulator.md").read_text().split("## Options (SIMOPTS)", 1)[1]
+    table = doc.split("\n## ", 1)[0]
+    rows = {
+        line.split("|")[1].strip().strip("`")
+        for line in table.splitlines()
+        if line.startswith("| `")
+    }
+    missing = {flag for flag, _ in _OPTIONS} - rows
+    assert not missing, f"docs/simulator.md's options table lacks {sorted(missing)}"
