@@ -73,6 +73,21 @@ def test_partial_and_unreadable_runs_still_give_rows(tmp_path):
         res.runs.set_index("point").loc["host_tier_gib=10", "host_tier_gib"] == 10
     )  # from the dir name
     assert any("run.json: unreadable" in n for n in res.notes)
+    # the report's "why" column says what is wrong with it
+    assert "run.json: unreadable" in res.runs.set_index("point").loc["host_tier_gib=20", "error"]
+
+
+def test_a_number_that_is_not_a_number_is_left_out_with_a_note(tmp_path):
+    exp = tmp_path / "e"
+    write_run(exp, {"host_tier_gib": 0}, 0, summary={"makespan_s": "fast", "drift_cause": "io"})
+    write_run(exp, {"host_tier_gib": 0}, 1, summary={"makespan_s": 2.0, "drift_cause": None})
+    res = load_results(exp)
+    assert list(res.runs["makespan_s"].isna()) == [True, False]
+    assert res.runs["makespan_s"].mean() == 2.0  # the report's aggregation no longer fails
+    assert res.runs["drift_cause"].iloc[0] == "io"  # words where words belong
+    assert res.notes == (
+        "host_tier_gib=0/r0/run.json: summary.makespan_s: not a number ('fast'); left out",
+    )
 
 
 def test_calls_from_jsonl_skip_a_torn_last_line(tmp_path):

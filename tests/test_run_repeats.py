@@ -77,3 +77,27 @@ def test_compare_asks_for_a_point_when_a_sweep_has_several(tmp_path):
     )
     assert cp.returncode == 0, cp.stderr
     assert "single repeat" in cp.stdout
+
+
+def test_compare_says_what_it_left_out_and_why_a_side_is_empty(tmp_path):
+    runs = {"host_tier_gib=0": [1.0, "fast"], "host_tier_gib=2": [2.0, 2.5]}
+    for point, makespans in runs.items():
+        for i, makespan in enumerate(makespans):
+            d = tmp_path / "exp" / point / f"r{i}"
+            d.mkdir(parents=True)
+            summary = {"makespan_s": makespan, "calls": 3}
+            (d / "run.json").write_bytes(orjson.dumps({"status": "ok", "summary": summary}))
+    a, b = tmp_path / "exp" / "host_tier_gib=0", tmp_path / "exp" / "host_tier_gib=2"
+    cp = _replay("compare", str(a), str(b))
+    assert cp.returncode == 0, cp.stderr
+    assert "host_tier_gib=0/r1/run.json: summary.makespan_s: not a number ('fast')" in cp.stderr
+    # a side whose only run.json is unreadable says so
+    (b / "r0" / "run.json").write_text("{torn")
+    (b / "r1" / "run.json").write_text("{torn")
+    cp = _replay("compare", str(a), str(b))
+    assert cp.returncode == 2 and "no finished runs" in cp.stderr
+    assert "host_tier_gib=2/r0/run.json: unreadable" in cp.stderr
+    # a CSV path that cannot be written fails before any table, naming the option
+    cp = _replay("compare", str(a), str(a), "--csv", str(tmp_path / "no" / "dir" / "c.csv"))
+    assert cp.returncode == 2 and "compare: --csv: cannot write" in cp.stderr
+    assert cp.stdout == ""

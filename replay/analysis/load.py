@@ -7,6 +7,7 @@ and `null` where a number is unknown. Nothing here writes files.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -121,6 +122,14 @@ def _read_json(path: Path) -> tuple[Any | None, str | None]:
         return None, f"{path.name}: unreadable ({e})"
 
 
+# summary keys that hold numbers, by their unit or their name (docs/results.md)
+_NUMERIC_KEY = re.compile(r"(_s|_ms|_tokens|_bytes|_gib|_fraction|_ratio|_rate|_per_s)$|^calls_")
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
 def _run_dirs(root: Path) -> list[Path]:
     """Run directories: `root` itself, or `<point>/<repeat>/` below it."""
     if any((root / m).exists() for m in _RUN_MARKERS):
@@ -145,9 +154,9 @@ def _read_run(run_dir: Path, root: Path) -> tuple[dict[str, Any], dict[str, Any]
     notes: list[str] = []
     rel = run_dir.relative_to(root) if run_dir != root else Path(".")
     row: dict[str, Any] = {"run_dir": str(run_dir)}
-    run, err = _read_json(run_dir / "run.json")
-    if err:
-        notes.append(f"{rel}/{err}")
+    run, run_err = _read_json(run_dir / "run.json")
+    if run_err:
+        notes.append(f"{rel}/{run_err}")
     counters, err = _read_json(run_dir / "counters.json")
     if err:
         notes.append(f"{rel}/{err}")
@@ -170,12 +179,14 @@ def _read_run(run_dir: Path, root: Path) -> tuple[dict[str, Any], dict[str, Any]
         row["status"] = str(run.get("status") or "unknown")
     elif (run_dir / "run.json").exists():
         row["status"] = "unreadable"
+        row["error"] = run_err  # the report's "why" column
     else:
         row["status"] = "incomplete"  # stopped before run.json was written
     server = _dict(run.get("server"))
     # Only where a writer puts the reason: nested dicts hold unrelated "error"-like fields.
     row["error"] = next(
-        (v for v in (run.get("reason"), run.get("error"), server.get("reason")) if v), None
+        (v for v in (run.get("reason"), run.get("error"), server.get("reason")) if v),
+        row.get("error"),
     )
     row["log_tail"] = server.get("log_tail") or run.get("log_tail")
     row["engine"] = run.get("engine") if isinstance(run.get("engine"), str) else None
@@ -183,8 +194,13 @@ def _read_run(run_dir: Path, root: Path) -> tuple[dict[str, Any], dict[str, Any]
         row["engine"] = find_key(run.get("config", {}), ("engine", "engine_kind"))
     summary = _dict(run.get("summary"))
     for key, value in summary.items():
-        if not isinstance(value, (dict, list)):
-            row[key] = value
+        if isinstance(value, (dict, list)):
+            continue
+        if _NUMERIC_KEY.search(key) and value is not None and not _is_number(value):
+            # a hand-edited or foreign run.json: the report averages these columns
+            notes.append(f"{rel}/run.json: summary.{key}: not a number ({value!r}); left out")
+            value = None
+        row[key] = value
     if isinstance(counters, dict):
         flat = _dict(counters.get("counters")) or counters
         for key, value in flat.items():

@@ -28,9 +28,12 @@ def load_side(path: str):
     point = None
     if p.parent.is_dir() and any((d / "run.json").is_file() for d in p.glob("r*")):
         p, point = p.parent, p.name  # RESULTS_DIR/POINT
-    runs = load_results(p).ok_runs()
+    results = load_results(p)
+    runs = results.ok_runs()
+    notes = list(results.notes)
     if point is not None:
         runs = runs[runs["point"] == point]
+        notes = [n for n in notes if n.startswith(f"{point}/")]
     points = sorted(set(runs["point"])) if "point" in runs else []
     if len(points) > 1:
         raise ConfigError(
@@ -38,7 +41,10 @@ def load_side(path: str):
             f"(points: {', '.join(points[:6])})",
         )  # fmt: skip
     if runs.empty:
-        raise ConfigError(path, None, "no finished runs (status ok or errors) here")
+        why = f" ({'; '.join(notes)})" if notes else ""
+        raise ConfigError(path, None, f"no finished runs (status ok or errors) here{why}")
+    for note in notes:  # what was left out of the comparison, and why
+        click.echo(f"replay: {p / note}", err=True)
     return runs.reset_index(drop=True)
 
 
@@ -78,7 +84,11 @@ def command(a: str, b: str, alpha: float, csv_out: str | None) -> None:
     table = compare_sides(load_side(a), load_side(b), alpha=alpha)
     if table.empty:
         raise ConfigError("compare", None, "the two sides have no measured number in common")
+    if csv_out:  # first: a path that cannot be written fails before the table is shown
+        try:
+            table.to_csv(csv_out, index=False)
+        except OSError as e:
+            why = e.strerror or str(e)
+            raise ConfigError("compare", "--csv", f"cannot write {csv_out!r}: {why}") from None
     for line in format_comparison(table, a, b):
         click.echo(line)
-    if csv_out:
-        table.to_csv(csv_out, index=False)
