@@ -112,6 +112,8 @@ BAD_TRACES: list[tuple[str, Files, str]] = [
     ),
     ("gzip_corrupt", {"t.jsonl.gz": _gz(_lines(HEAD, C0))[:30]}, r"t\.jsonl\.gz:\d+: -: "),
     ("blocks_do_not_fit", _trace(_with(C0, prompt_len=99), head=BHEAD), r":2: prompt_len: "),
+    ("header_only", _trace(), r"t\.jsonl: -: a header and no call"),
+    ("at_s_some", _trace(_with(C0, at_s=1.0), B0), r"t\.jsonl:3: at_s: 1 of 2 calls"),
 ]
 
 
@@ -120,8 +122,9 @@ def _trace_cases() -> list[Case]:
     for name, files, pattern in BAD_TRACES:
         path = next(iter(files))
         cases.append(Case(f"validate-{name}", files, ["trace", "validate", path], pattern))
-    # the same reader guards stats and run: a sample through each
-    for name, files, pattern in BAD_TRACES[::5]:
+    # the same reader guards stats and run: a sample through each (the last, a check beyond
+    # the line reader, too)
+    for name, files, pattern in BAD_TRACES[::5] + BAD_TRACES[-1:]:
         path = next(iter(files))
         cases.append(Case(f"stats-{name}", files, ["trace", "stats", path], pattern))
         run = ["run", "--trace", path, "--pool", "1", "--out", "out", "--engine", "sim"]

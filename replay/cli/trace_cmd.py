@@ -60,9 +60,12 @@ def _fmt(v: object) -> str:
 def stats_cmd(file: str, as_json: bool) -> None:
     """Tasks, calls, token totals, prompt lengths, prefix reuse and gaps of FILE."""
     from replay.trace.io import read_trace
+    from replay.trace.schedule import is_open_loop
     from replay.trace.stats import trace_stats
 
-    stats = trace_stats(read_trace(file)).to_dict()
+    trace = read_trace(file)
+    is_open_loop(trace)  # what validate checks beyond the reader: a mix of arrival kinds
+    stats = trace_stats(trace).to_dict()
     if as_json:
         click.echo(orjson.dumps(stats).decode())
         return

@@ -187,5 +187,10 @@ def _read_parsed(path: str | os.PathLike, data: bytes | None = None) -> Trace:
     stream = _iter_calls(path, data)
     head, _ = next(stream)
     calls = [c for _, c in stream if c is not None]
+    if not calls:
+        raise TraceError(
+            str(path), None, None,
+            "a header and no call: a truncated download or the wrong file, not a workload",
+        )  # fmt: skip
     check_graph(calls, str(path))
     return Trace(head, calls, path=str(path))
