@@ -239,6 +239,28 @@ def test_doctor_prints_each_check_and_exits_2_on_failure(tmp_path):
     assert lines[-1].startswith(f"{exp.source}: ")
     quick = CliRunner().invoke(cli, ["doctor", str(REPO / "experiments" / "quick.toml")])
     assert quick.exit_code == 0 and "skip  sim engine" in quick.output
+    assert "ok    trace" in quick.output
+
+
+def test_doctor_fails_what_the_sweep_would_stop_on(tmp_path):
+    """A trace that does not read, and a results root that is a file: doctor said ok to both,
+    and the sweep then stopped."""
+    text = (REPO / "experiments" / "quick.toml").read_text()
+    synth = next(line for line in text.splitlines() if line.startswith("synth = "))
+    (tmp_path / "bad.jsonl").write_text('{"format": "replay-trace", "version": 1}\n')
+    bad = tmp_path / "bad.toml"
+    bad.write_text(text.replace(synth, 'path = "bad.jsonl"'))
+    result = CliRunner().invoke(cli, ["doctor", str(bad), "--results", str(tmp_path / "r")])
+    assert result.exit_code == 2
+    assert any(
+        line.startswith("FAIL  trace") and "bad.jsonl" in line
+        for line in result.output.splitlines()
+    )
+    (tmp_path / "afile").write_text("")
+    quick = str(REPO / "experiments" / "quick.toml")
+    result = CliRunner().invoke(cli, ["doctor", quick, "--results", str(tmp_path / "afile")])
+    assert result.exit_code == 2
+    assert "FAIL  results disk" in result.output and "afile is a file" in result.output
 
 
 def test_sweep_stops_before_any_launch_with_one_message(tmp_path):

@@ -20,8 +20,8 @@ _MARK = {"ok": "ok  ", "warn": "WARN", "fail": "FAIL", "skip": "skip"}
 @click.argument("experiment_file", type=click.Path(dir_okay=False))
 @click.option("--results", "results_root", default=None, help="results root (default: the file's)")
 def command(experiment_file: str, results_root: str | None) -> None:
-    """Check that this machine can run EXPERIMENT_FILE: engine environment, GPUs, memory, model
-    files, trace vocabulary, disk. Exit 2 when a check fails (a sweep would stop there too)."""
+    """Check that this machine can run EXPERIMENT_FILE: the trace reads, engine environment,
+    GPUs, memory, model files, trace vocabulary, a results folder that can be made, disk. Exit 2 when a check fails (a sweep would stop there too)."""
     from replay.sweep.config import load_experiment
     from replay.sweep.prepare import load_trace
 
@@ -34,7 +34,9 @@ def command(experiment_file: str, results_root: str | None) -> None:
         return loaded[0]
 
     results_dir = Path(results_root or exp.results_dir) / exp.name
-    checks = preflight.run_checks(exp, trace, results_dir)
+    first = _trace_check(trace)
+    readable = trace if first.status == "ok" else lambda: None
+    checks = [first] + preflight.run_checks(exp, readable, results_dir)
     width = max(len(c.name) for c in checks)
     for c in checks:
         click.echo(f"{_MARK[c.status]}  {c.name:<{width}}  {c.detail}")
@@ -43,6 +45,18 @@ def command(experiment_file: str, results_root: str | None) -> None:
     click.echo(f"{exp.source}: {failed} failed, {warned} warnings, {len(checks)} checks")
     if failed:
         sys.exit(2)
+
+
+def _trace_check(trace) -> preflight.Check:  # noqa: ANN001 (the loader stays lazy)
+    """The trace the sweep would replay reads and validates (the sweep reads it before its
+    first run; a bad one stops it there)."""
+    from replay.errors import ReplayError
+
+    try:
+        t = trace()
+    except ReplayError as e:
+        return preflight.Check("trace", "fail", e.format())
+    return preflight.Check("trace", "ok", f"{len(t.tasks)} tasks, {len(t)} calls")
 
 
 # The downloader runs in the engine's environment, where huggingface_hub comes with the engine.

@@ -288,6 +288,9 @@ def model_checks(options: Mapping[str, Any], env: Mapping[str, str], trace_fn) -
         yield Check("vocabulary", "skip", f"{where}/config.json gives no vocab_size")
         return
     trace = trace_fn()
+    if trace is None:  # `replay doctor` reports an unreadable trace once, as its own check
+        yield Check("vocabulary", "skip", "unknown: the trace does not read")
+        return
     problem = vocab.vocab_problem(trace, size, model)
     top = vocab.trace_max_token_id(trace)
     if problem:
@@ -352,6 +355,12 @@ def run_checks(
             here.append(Check("host memory", status, detail))
         here += model_checks(options, machine.env, trace_fn)
         checks += [Check(f"{kind} {c.name}", c.status, c.detail) for c in here]
+    blocked = _file_in_the_way(results_dir)
+    if blocked is not None:
+        checks.append(
+            Check("results disk", "fail", f"{blocked} is a file: {results_dir} cannot be made")
+        )
+        return checks
     free = machine.free_disk_bytes(results_dir)
     status = "ok" if free >= machine.min_free_disk_bytes else "fail"
     checks.append(
@@ -363,6 +372,13 @@ def run_checks(
         )
     )
     return checks
+
+
+def _file_in_the_way(path: Path) -> Path | None:
+    """The nearest existing path at or above `path` when it is not a directory."""
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return None if path.is_dir() else path
 
 
 def require_ready(
