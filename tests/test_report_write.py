@@ -187,3 +187,11 @@ def test_slowdown_against_the_recorded_run(tmp_path):
     # recorded: 30 - 10 = 20 s; replay 40 s -> 2x
     assert "| host_tier_gib | n | makespan | makespan / baseline | makespan / recorded |" in text
     assert "| 0 | 2 | 40 ± 0 | 1 ± 0 | 2 ± 0 |" in text
+
+
+def test_an_unreadable_predictions_file_is_named_not_taken_for_none(tmp_path):
+    exp = tier_sweep(tmp_path / "tiny")
+    (exp / "predictions.json").write_text('{"groups": [')
+    text = write_report(exp, figures=False).report.read_text()
+    assert "nothing was pre-registered" not in text
+    assert "`predictions.json: unreadable (" in text

@@ -114,6 +114,9 @@ def measured_tables(a: Analysis) -> list[str]:
 
 def predictions_section(a: Analysis) -> list[str]:
     if a.results.predictions is None:
+        broken = [n for n in a.results.notes if n.startswith("predictions.json: ")]
+        if broken:  # there, but it does not read: the predictions are lost, not absent
+            return [f"`{broken[0]}`: no prediction can be compared.", ""]
         return ["No `predictions.json` in this results directory: nothing was pre-registered.", ""]
     skipped = [f"- not predicted: {why}" for why in skipped_predictions(a.results.predictions)]
     skipped += [""] if skipped else []
