@@ -58,6 +58,8 @@ CASES = [
     ("tier_huge", ("host_tier_gib = [0, 2]", "host_tier_gib = [0, 1e300]"), "matrix.host_tier_gib"),
     ("tier_nan", ("host_tier_gib = [0, 2]", "host_tier_gib = [nan, 2]"), "matrix.host_tier_gib"),
     ("device_huge", ("host_tier_gib = [0, 2]", "device_kv_gib = [1, 1e300]"), "matrix.device_kv_gib"),
+    ("trace_is_a_directory", ('synth = { preset = "swe-agent", tasks = 2, seed = 1 }', 'path = "."'), "trace.path"),
+    ("engine_kind_number", ('kind = "sim"', "kind = 3"), "engine.kind"),
     ("synth_seed_negative", ("tasks = 2, seed = 1", "tasks = 2, seed = -1"), "trace.synth.seed"),
     ("engine_seed_negative", ("kappa = 8", "kappa = 8\nseed = -3"), "engine.seed"),
     ("predict_tp", ("enabled = true", 'enabled = true\ntp = "eight"'), "predict.tp"),

@@ -62,7 +62,7 @@ class ModelPreset:
     def kv_heads_per_rank(self, tp: int) -> int:
         """KV heads each rank stores: heads are split across ranks, replicated when TP > heads."""
         if tp <= 0:
-            raise ConfigError("tp", "tp", f"must be a positive integer, got {tp}")
+            raise ConfigError("model", "tp", f"must be a positive integer, got {tp}")
         return max(1, math.ceil(self.kv_heads / tp))
 
     def bytes_per_token(self, tp: int = 1) -> int:

@@ -96,6 +96,8 @@ def _parse_trace(where: str, table: Mapping[str, Any], base: Path) -> TraceSpec:
         # type them; fall back to the experiment file's folder.
         if not path.is_absolute() and not path.exists() and (base / path).exists():
             path = base / path
+        if path.is_dir():
+            raise ConfigError(where, "trace.path", f"{path} is a directory; name a trace file")
         if not path.is_file():
             raise ConfigError(where, "trace.path", f"no such trace file: {path}")
         return TraceSpec(path=str(path))
@@ -113,9 +115,13 @@ def parse_experiment(data: Mapping[str, Any], source: str, *, default_name: str)
     doc = check_table(_File, data, where, lambda k: k)
     engine_table = dict(data["engine"])
     kind = engine_table.pop("kind", None)
-    if not isinstance(kind, str):
+    if kind is None:
         raise ConfigError(
             where, "engine.kind", "required: the engine to run (e.g. sim, vllm, sglang)"
+        )
+    if not isinstance(kind, str):
+        raise ConfigError(
+            where, "engine.kind", f"must be an engine name (e.g. sim, vllm, sglang), got {kind!r}"
         )
     from replay.engines.registry import ENGINES
 

@@ -84,8 +84,10 @@ class Line:
             if required:
                 raise self.fail(key, "missing (required string)")
             return None
-        if not isinstance(v, str) or not v:
+        if not isinstance(v, str):
             raise self.fail(key, f"must be a non-empty string, got {kind(v)}")
+        if not v:
+            raise self.fail(key, "must be a non-empty string, got an empty one")
         return v
 
     def ints(self, key: str, dtype: type, vocab: int | None, required: bool = True):
