@@ -55,7 +55,7 @@ def _trace_check(trace) -> preflight.Check:  # noqa: ANN001 (the loader stays la
     try:
         t = trace()
     except ReplayError as e:
-        return preflight.Check("trace", "fail", e.format())
+        return preflight.Check("trace", "fail", str(e))
     return preflight.Check("trace", "ok", f"{len(t.tasks)} tasks, {len(t)} calls")
 
 
