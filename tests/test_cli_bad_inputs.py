@@ -92,6 +92,24 @@ BAD_TRACES: list[tuple[str, Files, str]] = [
     ("append_over_vocab", _trace(_with(C0, append=[1, 100])), r"t\.jsonl:2: append"),
     ("append_true", _trace(_with(C0, append=[1, True])), r"t\.jsonl:2: append"),
     ("append_ragged", _trace(_with(C0, append=[[1], 2])), r"t\.jsonl:2: append"),
+    (
+        "append_float",
+        _trace(_with(C0, append=[1, 2.5])),
+        r"t\.jsonl:2: append\[1\]: must be an integer, got 2\.5",
+    ),
+    (
+        "append_string",
+        _trace(_with(C0, append=[1, "x"])),
+        r"t\.jsonl:2: append\[1\]: must be an integer, got 'x'",
+    ),
+    (
+        "block_id_past_64_bits",
+        {
+            "t.jsonl": _lines(BHEAD)
+            + b'{"task":"a","call":0,"gap_s":0,"keep":0,"append":[1,18446744073709551616],"prompt_len":8,"output_len":2}\n'
+        },
+        r"t\.jsonl:2: append\[1\]: 1\.84e\+19 does not fit in 64 bits",
+    ),
     ("append_missing", _trace(_with(C0, append=_DROP)), r"t\.jsonl:2: append: "),
     ("prompt_len_wrong", _trace(_with(C0, prompt_len=9)), r"t\.jsonl:2: prompt_len: "),
     ("output_len_negative", _trace(_with(C0, output_len=-1)), r"t\.jsonl:2: output_len: "),
@@ -210,7 +228,7 @@ BAD_IMPORTS: list[tuple[str, str, Files, str, str]] = [
     ("mooncake", "timestamp_negative", {"m.jsonl": _lines(_with(MC, timestamp=-1))},
      "m.jsonl", r"m\.jsonl:1: timestamp: "),
     ("mooncake", "hash_ids_strings", {"m.jsonl": _lines(_with(MC, hash_ids=["a", "b"]))},
-     "m.jsonl", r"m\.jsonl:1: hash_ids: must be integers"),
+     "m.jsonl", r"m\.jsonl:1: hash_ids\[0\]: is 'a'; block hash ids are integers"),
     ("mooncake", "blocks_do_not_cover", {"m.jsonl": _lines(_with(MC, input_length=5000))},
      "m.jsonl", r"m\.jsonl:1: hash_ids: 2 blocks do not cover 5000"),
 ]  # fmt: skip

@@ -17,6 +17,7 @@ from replay.trace.importers import import_trace
 from replay.trace.importers.efficientagent import prompt_sha256
 from replay.trace.io import read_trace, write_trace
 from replay.trace.model import Trace
+from replay.trace.schedule import MAX_AT_S, is_open_loop
 from replay.trace.stats import trace_stats
 from tests.make_efficientagent_fixture import fixture_trace, write_fixture
 from tests.open_counter import opened_files
@@ -166,13 +167,145 @@ def test_weka_detached_subagent_is_not_joined(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     ("request_patch", "field"),
-    [({"in": "many"}, "in"), ({"hash_ids": [1, 2, 3, 4]}, "hash_ids"), ({"t": None}, "t")],
+    [
+        ({"in": "many"}, "in"),
+        ({"hash_ids": [1, 2, 3, 4]}, "hash_ids"),
+        ({"t": None}, "t"),
+        ({"hash_ids": [2**64 - 1]}, "hash_ids[0]"),  # past int64: was an OverflowError traceback
+        ({"hash_ids": [True]}, "hash_ids[0]"),
+        ({"type": "zzz"}, "type"),  # was taken as a call
+    ],
 )
 def test_weka_bad_input_names_the_field(tmp_path: Path, request_patch: dict, field: str) -> None:
     p = _weka_file(tmp_path, [{**_r(0.0, 100, [1]), **request_patch}])
     with pytest.raises(TraceError) as ei:
         import_trace("weka", [p])
     assert ei.value.field == f"requests[0].{field}" and ei.value.file == str(p)
+
+
+def _sub(t: float, duration_ms: float | None, *reqs: dict) -> dict:
+    sub = {"t": t, "type": "subagent", "agent_id": "agent_001", "duration_ms": duration_ms}
+    return {**sub, "requests": list(reqs) or [_r(0.0, 100, [7])]}
+
+
+@pytest.mark.parametrize(
+    ("first_t", "sub_t", "duration_ms", "starts_at"),
+    [
+        (0.0, 50.0, 1e15, "-1e+12 s"),  # milliseconds mistaken: 31,700 years back
+        (0.0, 50.0, 50_500, "-0.5 s"),  # before the conversation, even within the tolerance
+        (10.0, 50.0, 45_000, "5 s"),  # before the parent's first request, past the tolerance
+    ],
+    ids=["ms_mistaken", "before_the_conversation", "before_the_first_request"],
+)
+def test_weka_subagent_starting_before_the_parent_is_refused(
+    tmp_path: Path, first_t: float, sub_t: float, duration_ms: float, starts_at: str
+) -> None:
+    """It was imported spawned by nothing: a detached root task with a start_s far in the past."""
+    reqs = [_r(first_t, 100, [1]), _sub(sub_t, duration_ms), _r(60.0, 140, [1, 2])]
+    p = _weka_file(tmp_path, reqs)
+    with pytest.raises(TraceError) as ei:
+        import_trace("weka", [p])
+    e = ei.value
+    assert (e.file, e.line, e.field) == (str(p), None, "requests[1].duration_ms")
+    assert f"starts it at {starts_at}, before the parent's first request" in e.why
+    assert "milliseconds" in e.why
+
+
+def test_weka_subagent_starting_within_the_tolerance_before_the_first_call_is_its_child(
+    tmp_path: Path,
+) -> None:
+    """Parent times are whole seconds: a start 0.5 s before the first call's `t` is that call's."""
+    reqs = [_r(10.0, 100, [1]), _sub(30.0, 20_500), _r(60.0, 140, [1, 2], think=8.0)]
+    t = import_trace("weka", [_weka_file(tmp_path, reqs)])
+    sc = t.tasks["conv/agent_001"]
+    assert sc[0].parent == ("conv", 0) and sc[0].recorded["start_s"] == 9.5
+    assert sc[0].gap_s == 0.0  # started before its spawning call ended (12 s): clamped
+    assert t.tasks["conv"][1].after == (("conv/agent_001", 0),)  # the parent waited (60 > 30)
+
+
+def test_weka_subagent_without_duration_ms_is_refused(tmp_path: Path) -> None:
+    """Every published sub-agent entry has it; without it the start was taken as `t`, its end."""
+    p = _weka_file(tmp_path, [_r(0.0, 100, [1]), _sub(50.0, None), _r(60.0, 140, [1, 2])])
+    with pytest.raises(TraceError) as ei:
+        import_trace("weka", [p])
+    assert (ei.value.file, ei.value.field) == (str(p), "requests[1].duration_ms")
+    assert ei.value.why.startswith("missing")
+
+
+@pytest.mark.parametrize(
+    ("inner", "field"),
+    [
+        ({**_r(0.0, 100, [7]), "type": "zzz"}, "requests[1].requests[0].type"),
+        (_sub(5.0, 1_000), "requests[1].requests[0].type"),  # sub-agents do not nest
+        (7, "requests[1].requests[0]"),  # was an AttributeError traceback
+    ],
+)
+def test_weka_bad_subagent_request_names_its_key_path(
+    tmp_path: Path, inner: object, field: str
+) -> None:
+    p = _weka_file(tmp_path, [_r(0.0, 100, [1]), {**_sub(50.0, 40_000), "requests": [inner]}])
+    with pytest.raises(TraceError) as ei:
+        import_trace("weka", [p])
+    assert (ei.value.file, ei.value.field) == (str(p), field)
+
+
+def test_weka_unknown_type_lists_the_known_ones(tmp_path: Path) -> None:
+    p = _weka_file(tmp_path, [{**_r(0.0, 100, [1]), "type": "zzz"}])
+    with pytest.raises(TraceError, match=r"is 'zzz'; known types: n, s \(requests\), subagent"):
+        import_trace("weka", [p])
+
+
+def test_weka_request_types_n_and_s_and_none_are_calls(tmp_path: Path) -> None:
+    """The published traces have `n` and `s` requests; a request without `type` is a call too."""
+    untyped = {k: v for k, v in _r(20.0, 200, [1, 2, 3]).items() if k != "type"}
+    reqs = [_r(0.0, 100, [1]), {**_r(10.0, 140, [1, 2]), "type": "s"}, untyped]
+    t = import_trace("weka", [_weka_file(tmp_path, reqs)])
+    assert [c.prompt_len for c in t.tasks["conv"]] == [100, 140, 200]
+
+
+def test_weka_gzipped_file_says_to_decompress_it(tmp_path: Path) -> None:
+    """It said `invalid JSON: str is not valid UTF-8`."""
+    plain = _weka_file(tmp_path, [_r(0.0, 100, [1])])
+    p = tmp_path / "conv.json.gz"
+    p.write_bytes(gzip.compress(plain.read_bytes()))
+    with pytest.raises(TraceError) as ei:
+        import_trace("weka", [p])
+    assert (ei.value.file, ei.value.field) == (str(p), None)
+    assert ei.value.why == "is gzip-compressed; decompress it first"
+
+
+def _tokenlog(d: Path) -> Path:
+    p = d / "log.jsonl"
+    p.write_text('{"task_id": "a", "prompt_token_ids": [1], "generated_token_ids": [2], '
+                 '"start_time": 0, "end_time": 1}\n')  # fmt: skip
+    return p
+
+
+def _efficientagent(d: Path) -> Path:
+    write_fixture(d)
+    return sorted(d.glob("*.jsonl.gz"))[0]
+
+
+@pytest.mark.parametrize(
+    ("kind", "make", "twice"),
+    [
+        ("weka", lambda d: _weka_file(d, [_r(0.0, 100, [1])]), lambda p: [p, p]),
+        ("weka", lambda d: _weka_file(d, [_r(0.0, 100, [1])]), lambda p: [p.parent, p]),
+        ("mooncake", lambda d: _mooncake_file(d, _MC),
+         lambda p: [p, p.parent / ".." / p.parent.name / p.name]),  # another path to it
+        ("tokenlog", _tokenlog, lambda p: [p, p]),
+        ("efficientagent", _efficientagent, lambda p: [p.parent, p.parent]),
+    ],
+)  # fmt: skip
+def test_the_same_source_file_twice_is_refused(tmp_path: Path, kind: str, make, twice) -> None:
+    """It imported the file's tasks twice (weka renamed the copy `conv@conv`)."""
+    first = make(tmp_path)
+    sources = twice(first)
+    with pytest.raises(TraceError) as ei:
+        import_trace(kind, sources)
+    assert ei.value.file == str(sources[-1] if sources[-1].is_file() else first)
+    also = "" if ei.value.file == str(first) else f" (also as {first})"
+    assert ei.value.why == f"given twice{also}; give each source file once"
 
 
 @needs_mooncake
@@ -193,6 +326,59 @@ def test_mooncake_matches_published_means(name: str, n: int, mean_in: int, mean_
     assert ats == sorted(ats) and ats[0] == 0.0
     first = json.loads((MOONCAKE / name).open().readline())
     assert t.calls[0].prompt_len == first["input_length"]
+
+
+_MC = {"timestamp": 0, "input_length": 600, "output_length": 4, "hash_ids": [1, 2]}
+
+
+def _mooncake_file(d: Path, *rows: dict) -> Path:
+    p = d / "m.jsonl"
+    p.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in rows))
+    return p
+
+
+@pytest.mark.parametrize(
+    ("hashes", "bad"),
+    [([0, 1.7], 1), ([True, 2], 0), (["1", 2], 0), ([1, 1e3], 1), ([-1, 2], 0), ([1, 2**63], 1)],
+)
+def test_mooncake_hash_ids_must_be_json_integers(tmp_path: Path, hashes: list, bad: int) -> None:
+    """1.7, true, "1" and 1e3 were read as 1, 1, 1 and 1000: another block's identity."""
+    p = _mooncake_file(tmp_path, _MC, {**_MC, "hash_ids": hashes})
+    with pytest.raises(TraceError) as ei:
+        import_trace("mooncake", [p])
+    e = ei.value
+    assert (e.file, e.line, e.field) == (str(p), 2, f"hash_ids[{bad}]")
+    assert e.why.endswith("; block hash ids are integers in 0 .. 2**63-1")
+
+
+@pytest.mark.parametrize(
+    ("timestamps", "why"),
+    [
+        ([0, 1.7e15], r"^1\.7e\+15 ms is 1\.7e\+12 s, more than 1e\+11 s; "),
+        ([0, 1.7e12], r"^arrives 1\.7e\+09 s after .*m\.jsonl:1, more than 1e\+09 s; "),
+    ],
+    ids=["past_max_at_s", "past_max_span_s"],
+)
+def test_mooncake_epoch_timestamps_are_refused_at_import(
+    tmp_path: Path, timestamps: list[float], why: str
+) -> None:
+    """They imported, and then the trace failed `trace validate` (at_s too large or too spread)."""
+    p = _mooncake_file(tmp_path, *({**_MC, "timestamp": ts} for ts in timestamps))
+    with pytest.raises(TraceError) as ei:
+        import_trace("mooncake", [p])
+    e = ei.value
+    assert (e.file, e.line, e.field) == (str(p), 2, "timestamp")
+    assert re.search(why, e.why)
+    assert e.why.endswith("Mooncake timestamps are milliseconds from the trace's start "
+                          "(subtract the first one)")  # fmt: skip
+
+
+def test_mooncake_timestamps_at_the_readers_bound_import_and_read_back(tmp_path: Path) -> None:
+    p = _mooncake_file(tmp_path, *[{**_MC, "timestamp": MAX_AT_S * 1000}] * 2)
+    out = tmp_path / "mc.jsonl"
+    write_trace(import_trace("mooncake", [p]), out)
+    back = read_trace(out)
+    assert is_open_loop(back) and [c.at_s for c in back.calls] == [MAX_AT_S] * 2
 
 
 @needs_mooncake

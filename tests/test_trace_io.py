@@ -256,7 +256,7 @@ def test_non_object_line(tmp_path: Path) -> None:
         ("call", 0.5, "integer"),
         ("task", 7, "string"),
         ("append", "1 2 3", "array"),
-        ("append", [1, 2.5], "integers"),
+        ("append", [1, 2.5], "integer"),  # named at its index: append[1]
         ("gap_s", "soon", "number"),
         ("after", {"a": 1}, "array"),
         ("recorded", [1], "object"),
@@ -269,7 +269,7 @@ def test_missing_or_ill_typed_field(tmp_path: Path, field: str, value, why: str)
     if value is None:
         del call[field]
     e = _error(tmp_path, [HEADER, call])
-    assert (e.line, e.field) == (2, field)
+    assert (e.line, e.field) == (2, "append[1]" if value == [1, 2.5] else field)
     assert why in e.why
 
 

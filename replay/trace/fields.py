@@ -118,9 +118,17 @@ class Line:
         try:
             arr = np.array(v)
         except (OverflowError, ValueError):
-            raise self.fail(key, "must be an array of 64-bit integers") from None
-        if arr.ndim != 1 or arr.dtype.kind not in "iu":
-            raise self.fail(key, "must be an array of integers")
+            arr = None
+        if arr is None or arr.ndim != 1 or arr.dtype.kind not in "iu":
+            # the error path only: find the first entry that is not a 64-bit integer
+            for i, x in enumerate(v):
+                if isinstance(x, float) and x.is_integer() and abs(x) >= 1 << 63:
+                    raise self.fail(f"{key}[{i}]", f"{x:.3g} does not fit in 64 bits")
+                if isinstance(x, bool) or not isinstance(x, int):
+                    raise self.fail(f"{key}[{i}]", f"must be an integer, got {x!r:.40}")
+                if not -(1 << 63) <= x < 1 << 64:
+                    raise self.fail(f"{key}[{i}]", f"{x:.3g} does not fit in 64 bits")
+            raise self.fail(key, "must be an array of 64-bit integers")
         if bool in set(map(type, v)):  # numpy reads [1, true] as [1, 1]
             raise self.fail(key, "must be an array of integers, got true/false in it")
         return arr

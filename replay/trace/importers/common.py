@@ -17,6 +17,7 @@ from replay.errors import TraceError
 
 __all__ = [
     "token_ids",
+    "block_ids",
     "load_json",
     "iter_jsonl",
     "common_prefix",
@@ -26,14 +27,20 @@ __all__ = [
 ]
 
 DEFAULT_VOCAB = 32000
+MAX_BLOCK_ID = 2**63 - 1  # a trace stores block ids as int64
+_GZIP_MAGIC = b"\x1f\x8b"
 
 
 def load_json(path: Path) -> Any:
     """A whole JSON document; errors name the file."""
     try:
-        return orjson.loads(path.read_bytes())
+        data = path.read_bytes()
     except OSError as e:
         raise TraceError(str(path), None, None, f"cannot read: {e.strerror or e}") from None
+    if data.startswith(_GZIP_MAGIC):  # else the error is "str is not valid UTF-8"
+        raise TraceError(str(path), None, None, "is gzip-compressed; decompress it first")
+    try:
+        return orjson.loads(data)
     except orjson.JSONDecodeError as e:
         raise TraceError(str(path), e.lineno, None, f"invalid JSON: {e.msg}") from None
 
@@ -46,7 +53,7 @@ def iter_jsonl(path: Path, data: bytes | None = None) -> Iterator[tuple[int, dic
         with open(path, "rb") if data is None else io.BytesIO(data) as raw:
             magic = raw.read(2)
             raw.seek(0)
-            f = gzip.GzipFile(fileobj=raw) if magic == b"\x1f\x8b" else raw
+            f = gzip.GzipFile(fileobj=raw) if magic == _GZIP_MAGIC else raw
             for lineno, line in enumerate(f, 1):
                 if not line.strip():
                     continue
@@ -81,7 +88,10 @@ def common_prefix(a: Sequence, b: Sequence) -> int:
 
 
 def expand_sources(sources: Sequence[str | os.PathLike], pattern: str) -> list[Path]:
-    """Files named directly, plus files matching `pattern` inside named directories (sorted)."""
+    """Files named directly, plus files matching `pattern` inside named directories (sorted).
+
+    A file reached twice (named twice, by another path, or also inside a named directory) is
+    refused: it would import as a second copy of its tasks."""
     out: list[Path] = []
     for s in sources:
         p = Path(s)
@@ -91,6 +101,12 @@ def expand_sources(sources: Sequence[str | os.PathLike], pattern: str) -> list[P
             out.append(p)
         else:
             raise TraceError(str(p), None, None, "no such file or directory")
+    first: dict[Path, Path] = {}
+    for p in out:
+        seen = first.setdefault(p.resolve(), p)
+        if seen is not p:
+            again = "" if str(seen) == str(p) else f" (also as {seen})"
+            raise TraceError(str(p), None, None, f"given twice{again}; give each source file once")
     return out
 
 
@@ -111,6 +127,26 @@ def token_ids(obj: dict, key: str, file: str, line: int) -> np.ndarray:
             f"is {_show(v[bad])}; token ids are integers in 0 .. 2**31-1",
         )
     return np.asarray(v, dtype=np.int32)
+
+
+def block_ids(v: Any, field: str, file: str, line: int | None) -> list[int]:
+    """A field's value holding block hash ids: an array of JSON integers in 0 .. 2**63-1.
+
+    Checked per element (`type(h) is int`): numpy would read 1.7, `true` and "1" as 1 and 1e3 as
+    1000, and a changed id is a different block. Errors name the file, line and `field[i]`."""
+    if not isinstance(v, list):
+        raise TraceError(file, line, field, "missing or not an array of block hash ids")
+    bad = next(
+        (i for i, h in enumerate(v) if type(h) is not int or not 0 <= h <= MAX_BLOCK_ID), None
+    )
+    if bad is not None:
+        raise TraceError(
+            file,
+            line,
+            f"{field}[{bad}]",
+            f"is {_show(v[bad])}; block hash ids are integers in 0 .. 2**63-1",
+        )
+    return v
 
 
 def _show(v: Any) -> str:

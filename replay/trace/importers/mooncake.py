@@ -13,12 +13,14 @@ from collections.abc import Sequence
 import numpy as np
 
 from replay.errors import TraceError
-from replay.trace.importers.common import DEFAULT_VOCAB, expand_sources, iter_jsonl
+from replay.trace.importers.common import DEFAULT_VOCAB, block_ids, expand_sources, iter_jsonl
 from replay.trace.model import Call, Trace, TraceHeader
+from replay.trace.schedule import MAX_AT_S, MAX_SPAN_S
 
 __all__ = ["import_mooncake", "MOONCAKE_BLOCK_SIZE"]
 
 MOONCAKE_BLOCK_SIZE = 512
+_MS_HINT = "Mooncake timestamps are milliseconds from the trace's start (subtract the first one)"
 
 
 def _int(obj: dict, key: str, file: str, line: int) -> int:
@@ -28,6 +30,22 @@ def _int(obj: dict, key: str, file: str, line: int) -> int:
     return v
 
 
+def _check_span(calls: list[Call], where: list[tuple[str, int]]) -> None:
+    """Arrivals may spread over at most the reader's `MAX_SPAN_S` (every run checks it)."""
+    ats = [float(c.at_s or 0.0) for c in calls]
+    lo = min(range(len(ats)), key=ats.__getitem__)
+    hi = max(range(len(ats)), key=ats.__getitem__)
+    if ats[hi] - ats[lo] > MAX_SPAN_S:
+        file, line = where[hi]
+        raise TraceError(
+            file,
+            line,
+            "timestamp",
+            f"arrives {ats[hi] - ats[lo]:.3g} s after {where[lo][0]}:{where[lo][1]}, more than "
+            f"{MAX_SPAN_S:.0e} s; {_MS_HINT}",
+        )
+
+
 def import_mooncake(sources: Sequence[str | os.PathLike], vocab_size: int | None = None) -> Trace:
     """Import Mooncake JSONL files (or directories of `*.jsonl`) into one open-loop trace."""
     files = expand_sources(sources, "*.jsonl")
@@ -35,6 +53,7 @@ def import_mooncake(sources: Sequence[str | os.PathLike], vocab_size: int | None
         raise TraceError(", ".join(map(str, sources)), None, None, "no Mooncake *.jsonl files")
     bs = MOONCAKE_BLOCK_SIZE
     calls: list[Call] = []
+    where: list[tuple[str, int]] = []  # (file, line) of each call, for the span check
     for path in files:
         file = str(path)
         ns = f"mooncake:{path.stem}"
@@ -43,15 +62,16 @@ def import_mooncake(sources: Sequence[str | os.PathLike], vocab_size: int | None
             ts = obj.get("timestamp")
             if isinstance(ts, bool) or not isinstance(ts, int | float) or ts < 0:
                 raise TraceError(file, lineno, "timestamp", "missing or not a number >= 0 (ms)")
+            if not ts / 1000.0 <= MAX_AT_S:  # the reader's bound on at_s
+                raise TraceError(
+                    file,
+                    lineno,
+                    "timestamp",
+                    f"{ts:.3g} ms is {ts / 1000.0:.3g} s, more than {MAX_AT_S:.0e} s; {_MS_HINT}",
+                )
             n_in = _int(obj, "input_length", file, lineno)
             n_out = _int(obj, "output_length", file, lineno)
-            hashes = obj.get("hash_ids")
-            if not isinstance(hashes, list):
-                raise TraceError(file, lineno, "hash_ids", "missing or not an array")
-            try:
-                blocks = np.asarray(hashes, dtype=np.int64)
-            except (TypeError, ValueError, OverflowError):
-                raise TraceError(file, lineno, "hash_ids", "must be integers") from None
+            blocks = np.asarray(block_ids(obj.get("hash_ids"), "hash_ids", file, lineno), np.int64)
             if not (len(blocks) - 1) * bs < n_in < (len(blocks) + 1) * bs:
                 raise TraceError(
                     file, lineno, "hash_ids", f"{len(blocks)} blocks do not cover {n_in} tokens"
@@ -69,8 +89,10 @@ def import_mooncake(sources: Sequence[str | os.PathLike], vocab_size: int | None
                     ns=ns,
                 )
             )
+            where.append((file, lineno))
         if len(calls) == before:  # a truncated download or a wrong file: not a 0-call trace
             raise TraceError(file, None, None, "no requests in this file")
+    _check_span(calls, where)
     header = TraceHeader(
         tokens="blocks",
         vocab_size=vocab_size or DEFAULT_VOCAB,

@@ -9,8 +9,9 @@ documented in traces/FORMAT.md):
 - a sub-agent entry's `t` is when it *finished*; it started `duration_ms` earlier, and its
   requests' `t` count from that start;
 - a sub-agent is spawned by the last parent call that ended by its start (1 s tolerance, since
-  parent `t` is rounded to whole seconds) and joined by the parent's next call if that call
-  started after the sub-agent finished (the parent waited); otherwise it ran detached;
+  parent `t` is rounded to whole seconds; by the first call if it started within that tolerance
+  before it; a start earlier than that is refused) and joined by the parent's next call if that
+  call started after the sub-agent finished (the parent waited); otherwise it ran detached;
 - `gap_s` is `think_time` for ordinary calls; for a call that joins sub-agents it is the time from
   the last joined sub-agent's end to the call's start; for a sub-agent's first call it is the time
   from the spawning call's end to its start.
@@ -26,12 +27,21 @@ from pathlib import Path
 import numpy as np
 
 from replay.errors import TraceError
-from replay.trace.importers.common import DEFAULT_VOCAB, common_prefix, expand_sources, load_json
+from replay.trace.importers.common import (
+    DEFAULT_VOCAB,
+    block_ids,
+    common_prefix,
+    expand_sources,
+    load_json,
+)
 from replay.trace.model import Call, CallRef, Trace, TraceHeader
 
 __all__ = ["import_weka"]
 
 _TOL_S = 1.0  # parent request times are whole seconds; sub-agent times are not
+# Request types in the published traces: "n" and "s" are both calls ("n" when `type` is absent);
+# "subagent" entries (top level only) hold a sub-agent's requests.
+_CALL_TYPES = ("n", "s")
 
 
 @dataclass
@@ -52,7 +62,8 @@ class _Sub:
     start_s: float
     end_s: float
     reqs: list[_Req]
-    spawn: int | None = None  # parent call index
+    where: str
+    spawn: int = 0  # parent call index
     join: int | None = None
 
 
@@ -74,17 +85,16 @@ def _req(r: dict, offset_s: float, file: str, where: str, block_size: int) -> _R
     def bad(key: str, why: str) -> TraceError:
         return TraceError(file, None, f"{where}.{key}", why)
 
+    kind = r.get("type", "n")
+    if kind not in _CALL_TYPES:
+        raise bad("type", f"is {kind!r}; known types: n, s (requests), subagent (top level only)")
     t = _seconds(r, "t", file, where, required=True)
     assert t is not None
     n_in, n_out = r.get("in"), r.get("out")
     for key, v in (("in", n_in), ("out", n_out)):
         if isinstance(v, bool) or not isinstance(v, int) or v < 0:
             raise bad(key, "must be a non-negative integer")
-    hashes = r.get("hash_ids")
-    if not isinstance(hashes, list) or not all(
-        isinstance(h, int) and not isinstance(h, bool) for h in hashes
-    ):
-        raise bad("hash_ids", "must be an array of integers")
+    hashes = block_ids(r.get("hash_ids"), f"{where}.hash_ids", file, None)
     assert isinstance(n_in, int) and isinstance(n_out, int)
     if not (len(hashes) - 1) * block_size < n_in < (len(hashes) + 1) * block_size:
         raise bad("hash_ids", f"{len(hashes)} blocks of {block_size} do not cover in={n_in}")
@@ -172,14 +182,16 @@ def _conversation(path: Path, data: dict, task: str, block_size: int) -> list[Ca
         inner = r.get("requests")
         if not isinstance(inner, list) or not inner:
             raise TraceError(file, None, f"{where}.requests", "missing or empty")
-        dur_ms = _seconds(r, "duration_ms", file, where)
-        # Without duration_ms, take `t` as the start and its requests' span as the duration.
-        start = t_end - dur_ms / 1000.0 if dur_ms is not None else t_end
-        sub_reqs = [
-            _req(q, start, file, f"{where}.requests[{j}]", block_size) for j, q in enumerate(inner)
-        ]
+        # Every sub-agent entry of the published traces has it; `t` alone does not place the start.
+        dur_ms = _seconds(r, "duration_ms", file, where, required=True)
+        assert dur_ms is not None
+        start = t_end - dur_ms / 1000.0
+        sub_reqs = []
+        for j, q in enumerate(inner):
+            if not isinstance(q, dict):
+                raise TraceError(file, None, f"{where}.requests[{j}]", "must be an object")
+            sub_reqs.append(_req(q, start, file, f"{where}.requests[{j}]", block_size))
         _check_order(sub_reqs, file)
-        end = t_end if dur_ms is not None else max(q.end_s for q in sub_reqs)
         agent = str(r.get("agent_id") or f"agent_{len(subs) + 1:03d}")
         if agent in agents:
             raise TraceError(
@@ -189,15 +201,31 @@ def _conversation(path: Path, data: dict, task: str, block_size: int) -> list[Ca
                 f"{agent!r} is also {agents[agent]}'s; sub-agent ids must be unique",
             )
         agents[agent] = where
-        subs.append(_Sub(agent, start, end, sub_reqs))
+        subs.append(_Sub(agent, start, t_end, sub_reqs, where))
     if not parent_reqs:
         raise TraceError(file, None, "requests", "no parent requests")
     _check_order(parent_reqs, file)
+    # A parent call spawns each sub-agent, so one cannot start before the parent's first call
+    # (less the whole-second tolerance), nor before the conversation (0 s): its duration_ms is
+    # wrong (1e15 put one 31,700 years back, spawned by nothing, and it ran as a detached root
+    # task). A start just before its spawning call *ended* stays possible: that gap is clamped
+    # to 0 in _calls.
+    earliest_s = max(0.0, parent_reqs[0].start_s - _TOL_S)
     for s in subs:
+        if s.start_s < earliest_s:
+            raise TraceError(
+                file,
+                None,
+                f"{s.where}.duration_ms",
+                f"{(s.end_s - s.start_s) * 1000:g} ms before its end (t = {s.end_s:g} s) starts "
+                f"it at {s.start_s:g} s, before the parent's first request "
+                f"({parent_reqs[0].start_s:g} s); duration_ms is in milliseconds",
+            )
         ended = [i for i, p in enumerate(parent_reqs) if p.end_s <= s.start_s + _TOL_S]
         started = [i for i, p in enumerate(parent_reqs) if p.start_s <= s.start_s]
-        s.spawn = ended[-1] if ended else (started[-1] if started else None)
-        if s.spawn is not None and s.spawn + 1 < len(parent_reqs):
+        # neither: it started within the tolerance before the first call
+        s.spawn = ended[-1] if ended else (started[-1] if started else 0)
+        if s.spawn + 1 < len(parent_reqs):
             nxt = s.spawn + 1
             if parent_reqs[nxt].start_s >= s.end_s - _TOL_S:  # the parent waited for it
                 s.join = nxt
@@ -206,11 +234,8 @@ def _conversation(path: Path, data: dict, task: str, block_size: int) -> list[Ca
     joins: dict[int, list[tuple[CallRef, float]]] = {}
     for s in subs:
         sub_task = f"{task}/{s.agent_id}"
-        parent_ref = (task, s.spawn) if s.spawn is not None else None
-        first_gap = None
-        if s.spawn is not None:
-            first_gap = s.reqs[0].start_s - parent_reqs[s.spawn].end_s
-        sc = _calls(sub_task, ns, s.reqs, first_gap, parent_ref)
+        first_gap = s.reqs[0].start_s - parent_reqs[s.spawn].end_s
+        sc = _calls(sub_task, ns, s.reqs, first_gap, (task, s.spawn))
         sub_calls.extend(sc)
         if s.join is not None:
             joins.setdefault(s.join, []).append(((sub_task, sc[-1].index), s.end_s))
