@@ -115,6 +115,31 @@ def test_server_gone_exits_nonzero_with_status_failed(tmp_path):
     assert run["status"] == "failed" and "server gone" in run["reason"]
 
 
+@pytest.mark.parametrize("every", [1, 2])
+def test_a_server_that_stops_answering_fails_the_run_in_bounded_time(tmp_path, every):
+    """Every call hangs (every=1): the run fails once nothing has been answered for the request
+    timeout plus the server-gone grace, instead of taking each of the 40 calls to its timeout.
+    Every other call hangs (every=2): the answers in between keep the run going to its end."""
+    trace = tmp_path / "t.jsonl"
+    write_trace(make_trace({t: [{}] * 20 for t in ("a", "b")}), trace)
+    hangs = {(t, i): "hang" for t in ("a", "b") for i in range(20) if i % every == 0}
+    with FaultServer(faults=hangs) as srv:
+        cp = _replay("run", "--trace", str(trace), "--pool", "2", "--out", str(tmp_path / "o"),
+                     "--url", f"http://127.0.0.1:{srv.port}", "--request-timeout-s", "0.3",
+                     "--server-gone-grace-s", "0.5", "--quiet")  # fmt: skip
+    run = orjson.loads((tmp_path / "o" / "run.json").read_bytes())
+    rows = pd.read_parquet(tmp_path / "o" / "calls.parquet")
+    if every == 1:
+        assert cp.returncode == 1, cp.stderr
+        assert run["status"] == "failed" and "server not answering" in run["reason"]
+        # stopped early: without the rule, all 40 calls ran to their timeouts
+        assert len(rows) < 20 and set(rows["error_kind"]) <= {"timeout", "cancelled"}
+    else:
+        assert cp.returncode == 0, cp.stderr
+        assert run["status"] == "errors" and len(rows) == 40
+        assert (rows["error_kind"] == "timeout").sum() == 20
+
+
 @contextlib.contextmanager
 def _running_until_seen(srv: FaultServer, calls: int, run_args: list[str]):
     """`replay run` with `run_args` as a subprocess, handed over once `srv` has seen `calls`

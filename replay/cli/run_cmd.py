@@ -116,7 +116,8 @@ if TYPE_CHECKING:
     type=float,
     default=30.0,
     show_default=True,
-    help="retry refused connections this long before failing the run",
+    help="retry refused connections this long before failing the run; a server silent this "
+    "long past --request-timeout-s while calls time out fails it too",
 )
 @click.option(
     "--forcing/--no-forcing",

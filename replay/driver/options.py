@@ -58,7 +58,8 @@ class RunOptions:
     - `strict`: a prompt/completion length mismatch fails the run.
     - `max_inflight`, `max_rps`: optional caps on concurrent requests and send rate (off: None).
     - `request_timeout_s`: whole-request limit; `connect_timeout_s`: TCP connect limit.
-    - `server_gone_grace_s`: how long connection refusals are retried before the run fails.
+    - `server_gone_grace_s`: how long connection refusals are retried before the run fails; also,
+      past `request_timeout_s`, how long a server may answer nothing while calls time out.
     - `interrupt_grace_s`: after Ctrl-C/SIGTERM/failure, how long in-flight calls may finish.
     - `forcing`: send the recorded output ids to the engine adapter's `request_extras`.
     - `truncate_prompt_tokens`: keep only the first N tokens of every prompt (prefix sharing

@@ -94,6 +94,7 @@ class _Pool:
         self.skipped = 0
         self.retries = 0
         self.refused_since: float | None = None
+        self.answered_at: float | None = None  # the server's last answer of any kind (None: t0)
         self.lags: list[float] = []
         self._prompts = Prompts(trace, options)
         self._agents: set[asyncio.Task] = set()
@@ -355,6 +356,7 @@ class _Pool:
             try:
                 res = await self.transport.complete(req)
                 self.refused_since = None
+                self.answered_at = self.loop.time()
                 return res, t_send, None
             except ServerGone as e:
                 self.stop(RunStatus.FAILED, f"server gone: {e}")
@@ -374,7 +376,27 @@ class _Pool:
                 backoff_s = min(1.0, backoff_s * 2)
                 t_send = self.loop.time()
             except RequestFailed as e:
+                if e.kind == ErrorKind.TIMEOUT:
+                    self._check_silence(e)
+                elif e.kind != ErrorKind.CONNECTION:  # an HTTP error or a bad body: it answered
+                    self.answered_at = self.loop.time()
                 return None, t_send, e
+
+    def _check_silence(self, timeout: RequestFailed) -> None:
+        """Fail the run once the server has answered nothing, while calls timed out, for the
+        request timeout plus the server-gone grace: a server that accepts connections and never
+        replies (hung, stopped with SIGSTOP, a wrong port that listens) would otherwise take every
+        call to its timeout, one after another per task, for hours, and end as `errors`."""
+        since = self.t0 if self.answered_at is None else self.answered_at
+        silent_s = self.loop.time() - since
+        limit_s = self.opt.request_timeout_s + self.opt.server_gone_grace_s
+        if silent_s >= limit_s and not self.stopping:
+            self.stop(
+                RunStatus.FAILED,
+                f"server not answering: no response for {silent_s:.0f} s while calls timed out "
+                f"(request timeout {self.opt.request_timeout_s:g} s + server-gone grace "
+                f"{self.opt.server_gone_grace_s:g} s): {timeout}",
+            )
 
     def _record(
         self,
