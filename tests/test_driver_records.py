@@ -63,6 +63,16 @@ def test_summary_formulas_on_a_hand_worked_run():
     assert s["exact_match_rate"] is None
 
 
+def test_drift_leaves_out_calls_that_never_connected():
+    rows = [
+        row("a", 0, 1.0, 2.0, ttft=0.1, drift_s=0.002),
+        row("b", 0, 31.0, 31.0, status="error", kind="connection", drift_s=30.0),  # retried 30 s
+        row("c", 0, 2.0, 3.0, status="error", kind="http_5xx", drift_s=0.004),
+    ]
+    s = summarize(rows)
+    assert s["drift_max_s"] == 0.004 and s["drift_p50_s"] == pytest.approx(0.003)
+
+
 def test_server_counters_override_unknowns_but_not_client_token_counts():
     rows = [row("a", 0, 0.0, 1.0, device_hit_tokens=30, host_restore_tokens=20)]
     s = summarize(rows)

@@ -266,7 +266,8 @@ def summarize(
     makespan_s = max(t_end) - min(t_send) over calls; with `tail_gaps_s` (each task's tail gap
     as replayed), also `study_makespan_s` (the EfficientAgent study's definition, see
     `study_makespan_s`); TTFT = t_first_token - t_send (ok calls);
-    task JCT = last t_end - first t_send of the task; drift = t_send - t_ready (all calls).
+    task JCT = last t_end - first t_send of the task; drift = t_send - t_ready (every call but those
+    that failed with `connection`).
     Server-side `counters` (canonical names) override the per-call sums where they are known.
     Token-level latencies, their p1..p99 table and goodput under `slo_s`: replay.driver.latency.
     """
@@ -313,7 +314,9 @@ def summarize(
         if value is not None or name not in out:
             out[name] = value
     exact = [r["exact_match"] for r in ok if r.get("exact_match") is not None]
-    drift = [r["drift_s"] for r in rows]
+    # a refused call's t_send is its last retry, when the run gave up on the server: a measure
+    # of the outage, not of the client's timing (a reset one, also `connection`, goes with it)
+    drift = [r["drift_s"] for r in rows if r["error_kind"] != ErrorKind.CONNECTION]
     kinds: dict[str, int] = {}
     for r in rows:
         if r["status"] != CallStatus.OK:
