@@ -267,3 +267,16 @@ def test_a_server_left_by_a_sigkilled_sweep_is_stopped_by_the_next(tmp_path):
     assert f"stopped server process group {servers[0]}" in lines[0]
     assert [o.status for o in again.outcomes] == ["ok"]
     assert not list(results.glob("z/*/r0/server.json"))  # stopped cleanly: record removed
+
+
+def test_dry_run_shows_the_ready_file_under_the_results_root_given(tmp_path):
+    exp = make(tmp_path, repeats=1, tiers="[0]")
+    root = tmp_path / "elsewhere"
+    cp = subprocess.run(
+        [sys.executable, "-m", "replay.cli.main", "sweep", exp.source, "--dry-run",
+         "--results", str(root)],
+        capture_output=True, text=True, timeout=60, cwd=ROOT,
+    )  # fmt: skip
+    assert cp.returncode == 0, cp.stderr
+    assert str(root / "s" / "host_tier_gib=0" / "r0" / ".server.port") in cp.stdout
+    assert not root.exists()  # a dry run writes nothing

@@ -55,7 +55,8 @@ def command(
     if dry_run:
         from replay.sweep.dryrun import dry_run_plan, format_plan
 
-        click.echo(format_plan(exp, dry_run_plan(exp, order)))
+        shown = exp if results_root is None else dataclasses.replace(exp, results_dir=results_root)
+        click.echo(format_plan(exp, dry_run_plan(shown, order)))
         if exp.cluster.backend == "ray":
             from replay.sweep.cluster_plan import resources_lines
 
