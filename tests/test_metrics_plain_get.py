@@ -72,3 +72,17 @@ def test_served_model_and_health_over_plain_gets():
     with ScriptServer(_answer(200, b"not json")) as srv:
         assert served_model(f"http://127.0.0.1:{srv.port}") is None
     assert served_model(f"http://127.0.0.1:{free_port()}") is None
+
+
+def test_a_silent_server_costs_the_version_probe_one_timeout_not_one_per_path():
+    from replay.engines.provenance import server_version
+
+    async def say_nothing(ex) -> bool:
+        return True  # no answer; the connection stays open until the client gives up
+
+    with ScriptServer(say_nothing) as srv:
+        assert server_version(f"http://127.0.0.1:{srv.port}", timeout_s=0.2) is None
+        assert srv.opened == 1  # the other version paths were not tried
+    with ScriptServer(_answer(404, b"")) as srv:  # answered: every path is tried
+        assert server_version(f"http://127.0.0.1:{srv.port}", timeout_s=0.2) is None
+        assert len(srv.exchanges) == 3

@@ -123,7 +123,11 @@ def server_version(root: str, timeout_s: float = 5.0) -> str | None:
                 if status // 100 != 2:
                     continue
                 value = orjson.loads(body).get(key)
-            except (GetError, orjson.JSONDecodeError, AttributeError):
+            except GetError as e:
+                if e.timed_out:  # a silent server: the next paths would each wait as long
+                    return None
+                continue
+            except (orjson.JSONDecodeError, AttributeError):
                 continue
             if value:
                 return str(value)

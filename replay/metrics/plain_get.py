@@ -14,7 +14,12 @@ __all__ = ["GetError", "PlainGetter", "get_once"]
 
 
 class GetError(Exception):
-    """A GET that got no response: refused, reset, timed out, not HTTP (`str`: the cause)."""
+    """A GET that got no response: refused, reset, timed out, not HTTP (`str`: the cause;
+    `timed_out`: the server took the connection, or not even that, and said nothing in time)."""
+
+    def __init__(self, why: str, *, timed_out: bool = False) -> None:
+        super().__init__(why)
+        self.timed_out = timed_out
 
 
 class PlainGetter:
@@ -56,7 +61,8 @@ class PlainGetter:
                 self.close()
                 # a kept-alive connection the server closed meanwhile: one retry on a new one
                 if fresh or attempt == 1 or isinstance(e, TimeoutError):
-                    raise GetError(f"{type(e).__name__}: {e}") from None
+                    why = f"{type(e).__name__}: {e}"
+                    raise GetError(why, timed_out=isinstance(e, TimeoutError)) from None
         raise AssertionError("unreachable")
 
     def close(self) -> None:
