@@ -86,3 +86,45 @@ def test_a_silent_server_costs_the_version_probe_one_timeout_not_one_per_path():
     with ScriptServer(_answer(404, b"")) as srv:  # answered: every path is tried
         assert server_version(f"http://127.0.0.1:{srv.port}", timeout_s=0.2) is None
         assert len(srv.exchanges) == 3
+
+
+def test_counters_of_a_server_gone_by_the_end_are_the_last_scrape_minus_the_start():
+    """The end scrape fails (the server was killed): the counters are the run's up to the last
+    periodic scrape, and run.json's info says until when, instead of every counter unknown."""
+    from types import SimpleNamespace
+
+    from replay.metrics.scrape import MetricsRecorder, delta_counters_fn
+
+    def page(n: int) -> bytes:
+        return b"# TYPE restored_total counter\nrestored_total %d\n" % (100 * n)
+
+    def answering(scrapes: int):
+        async def script(ex) -> bool:
+            if ex.index >= scrapes:  # then gone: closes without an answer
+                return False
+            body = page(ex.index)
+            head = b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n" % len(body)
+            ex.writer.write(head + body)
+            return True
+
+        return script
+
+    mapper = SimpleNamespace(
+        map_counters=lambda s: {"host_restore_tokens": s["restored_total"][()]}
+    )
+    with ScriptServer(answering(3)) as srv:  # start, two periodic scrapes
+        rec = MetricsRecorder(f"http://127.0.0.1:{srv.port}/metrics", mapper.map_counters, None)
+        start = mapper.map_counters(rec.scrape_now())
+        rec.scrape_now()
+        rec.scrape_now()  # the last one the server answers
+        info: dict = {}
+        counters = delta_counters_fn(rec, mapper, start, info)()
+    assert counters["host_restore_tokens"] == 200
+    assert "end_scrape_error" in info and info["counters_until_s"] >= 0
+    # no scrape after the start: nothing is known
+    with ScriptServer(answering(1)) as srv:
+        rec = MetricsRecorder(f"http://127.0.0.1:{srv.port}/metrics", mapper.map_counters, None)
+        start = mapper.map_counters(rec.scrape_now())
+        info = {}
+        assert delta_counters_fn(rec, mapper, start, info)()["host_restore_tokens"] is None
+        assert "end_scrape_error" in info and "counters_until_s" not in info

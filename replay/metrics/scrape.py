@@ -70,6 +70,7 @@ class MetricsRecorder:
         self.timeout_s = timeout_s
         self.first: Samples | None = None
         self.last: Samples | None = None
+        self.last_t_s: float | None = None  # when `last` was scraped, from the recorder's start
         self.errors = 0
         self.last_error: str | None = None
         self._lock = threading.Lock()
@@ -86,9 +87,10 @@ class MetricsRecorder:
             if self.first is None:
                 self.first = samples
             self.last = samples
+            self.last_t_s = time.monotonic() - self._t0
             if self._out is not None:
                 line = {
-                    "t_s": round(time.monotonic() - self._t0, 3),
+                    "t_s": round(self.last_t_s, 3),
                     "counters": self.map_counters(samples),
                 }
                 self._out.write(orjson.dumps(line) + b"\n")
@@ -141,15 +143,22 @@ def delta_counters_fn(
     recorder: MetricsRecorder, mapper: EngineAdapter, start: dict, info: dict
 ) -> Callable[[], dict]:
     """counters_fn for the driver (a run and a sweep run alike): the end scrape minus the start
-    scrape, canonical names. Never raises: a server that is gone gives None counters and a note
-    in `info` (run.json)."""
+    scrape, canonical names. Never raises. A server gone by the end (killed mid-run) gives the
+    last periodic scrape minus the start instead, with `end_scrape_error` and
+    `counters_until_s` (when that scrape was taken) in `info` (run.json): the counters of the
+    run up to then, not none; with no scrape after the start, None counters."""
 
     def fn() -> dict:
         try:
             end = mapper.map_counters(recorder.scrape_now())
         except EngineError as e:
             info["end_scrape_error"] = str(e)
-            end = dict.fromkeys(start)
+            last = recorder.last
+            if last is not None and last is not recorder.first:
+                end = mapper.map_counters(last)
+                info["counters_until_s"] = round(recorder.last_t_s or 0.0, 3)
+            else:
+                end = dict.fromkeys(start)
         names = [*CANONICAL_COUNTERS, *(k for k in start if k not in CANONICAL_COUNTERS)]
         return counter_deltas(start, end, names)
 
