@@ -141,7 +141,7 @@ def test_a_server_that_stops_answering_fails_the_run_in_bounded_time(tmp_path, e
 
 
 @contextlib.contextmanager
-def _running_until_seen(srv: FaultServer, calls: int, run_args: list[str]):
+def _running_until_seen(srv: FaultServer, calls: int, run_args: list[str], preexec=None):
     """`replay run` with `run_args` as a subprocess, handed over once `srv` has seen `calls`
     requests (or after 30 s); killed on the way out if it is still running."""
     proc = subprocess.Popen(
@@ -150,6 +150,7 @@ def _running_until_seen(srv: FaultServer, calls: int, run_args: list[str]):
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=preexec,
     )
     try:
         deadline = time.monotonic() + 30
@@ -233,6 +234,23 @@ def test_run_against_the_simulator_server_over_loopback(trace_file, tmp_path, si
     assert summary["cached_tokens"] is not None and summary["cached_tokens"] > 0
     rows = pd.read_parquet(tmp_path / "o" / "calls.parquet")
     assert (rows["t_first_token"] >= rows["t_send"]).all()
+
+
+def test_a_run_started_with_sigint_ignored_keeps_ignoring_it(tmp_path):
+    """As `cmd &` from a script starts it: Python then leaves SIGINT ignored, and so must the
+    replay (it took the signal over and stopped the run)."""
+    trace = tmp_path / "t.jsonl"
+    write_trace(make_trace({f"t{i}": [{"gap": 0.02}] * 10 for i in range(4)}), trace)
+    out = tmp_path / "o"
+    with FaultServer(ttft_s=0.01) as srv:
+        argv = ["--trace", str(trace), "--pool", "4", "--out", str(out), "--url", srv.url]
+        ignore = lambda: signal.signal(signal.SIGINT, signal.SIG_IGN)  # noqa: E731
+        with _running_until_seen(srv, 8, argv, preexec=ignore) as proc:
+            proc.send_signal(signal.SIGINT)
+            _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 0, stderr
+    assert orjson.loads((out / "run.json").read_bytes())["status"] == "ok"
+    assert len(pd.read_parquet(out / "calls.parquet")) == 40
 
 
 def test_second_signal_cancels_calls_in_flight_at_once(tmp_path):

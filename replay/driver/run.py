@@ -359,7 +359,10 @@ class _SignalGuard:
     def __enter__(self) -> _SignalGuard:
         if threading.current_thread() is threading.main_thread():
             for sig in self.SIGNALS:
-                self._previous[sig] = signal.signal(sig, self._handle)
+                # an ignored signal stays ignored (`cmd &` from a script starts with SIGINT
+                # ignored): taking it over here would obey it in the replay only
+                if signal.getsignal(sig) is not signal.SIG_IGN:
+                    self._previous[sig] = signal.signal(sig, self._handle)
         return self
 
     def _handle(self, signum: int, frame: Any) -> None:
