@@ -316,7 +316,7 @@ def summarize(
     exact = [r["exact_match"] for r in ok if r.get("exact_match") is not None]
     # a refused call's t_send is its last retry, when the run gave up on the server: a measure
     # of the outage, not of the client's timing (a reset one, also `connection`, goes with it)
-    drift = [r["drift_s"] for r in rows if r["error_kind"] != ErrorKind.CONNECTION]
+    drift = [r["drift_s"] for r in rows if r.get("error_kind") != ErrorKind.CONNECTION]
     kinds: dict[str, int] = {}
     for r in rows:
         if r["status"] != CallStatus.OK:
