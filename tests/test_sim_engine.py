@@ -162,6 +162,19 @@ def test_write_back_writes_only_what_the_device_evicts(small_trace):
     assert c["host_write_tokens"] <= c["device_evicted_blocks"] * 16
 
 
+def test_write_back_restores_past_a_head_the_device_still_holds():
+    """A head every task shares stays on the device, so write-back never writes it; the host
+    tier's chunks after it must still be found (the tiers together hold the prefix), else a
+    write-back tier restored nothing and computed as much as no tier at all."""
+    # the preset's 2,000-token head: whole 256-token chunks every prompt starts with
+    trace = synth("swe-agent", tasks=8, seed=1, max_calls_per_task=12, max_prompt_tokens=20000)
+    back = SimConfig(device_kv_gib=0.5, host_tier_gib=2, write_policy="write-back")
+    c, _, _ = closed_loop(trace, back, 4)
+    none, _, _ = closed_loop(trace, dataclasses.replace(back, host_tier_gib=0), 4)
+    assert c["host_write_tokens"] > 0 and c["host_restore_tokens"] > 0
+    assert c["computed_prefill_tokens"] < none["computed_prefill_tokens"]
+
+
 def test_selective_writes_only_chunks_seen_twice(small_trace):
     base = dataclasses.replace(SMALL, host_tier_gib=1)
     c_wt, _, _ = closed_loop(small_trace, base, 4)

@@ -177,6 +177,12 @@ class SimEngine(StepPlanner):
                 lk[k] = lk.get(k, 0) + 1
         if self.host is not None:
             h = self.host.lookup(chunk_keys)
+            if self.cfg.write_policy == "write-back" and h < d // self.C:
+                # write-back writes a chunk only when the device evicts it, so the head the
+                # device still holds is in no host run from the prompt start: the prefix the
+                # two tiers hold together (as SGLang HiCache's radix tree matches over device and
+                # host nodes) goes on from the device's whole chunks into the host's
+                h = d // self.C + self.host.present_run(chunk_keys[d // self.C :])
             if not s.admitted:
                 self._decide(s, h * self.C, chunk_keys, now)
             r = max(0, min(h * self.C, L - 1) - d)

@@ -109,6 +109,14 @@ class HostTier:
             self._queue(touched, rid)
         return int(first)
 
+    def present_run(self, keys: np.ndarray) -> int:
+        """The length of the leading run of present keys, touching nothing."""
+        if len(keys) == 0:
+            return 0
+        self._ensure(keys)
+        absent = np.flatnonzero(~self._present[keys])
+        return int(absent[0]) if len(absent) else len(keys)
+
     def missing(self, keys: np.ndarray) -> np.ndarray:
         if len(keys) == 0:
             return keys
