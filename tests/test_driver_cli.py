@@ -234,6 +234,9 @@ def test_run_against_the_simulator_server_over_loopback(trace_file, tmp_path, si
     assert summary["cached_tokens"] is not None and summary["cached_tokens"] > 0
     rows = pd.read_parquet(tmp_path / "o" / "calls.parquet")
     assert (rows["t_first_token"] >= rows["t_send"]).all()
+    # the adapter asks for the output's ids: streamed tokens are counted and forcing is checked
+    assert summary["exact_match_rate"] == 1.0
+    assert (rows["stream_tokens"] == rows["completion_tokens"]).all()
 
 
 def test_a_run_started_with_sigint_ignored_keeps_ignoring_it(tmp_path):

@@ -78,10 +78,13 @@ def map_counters(samples: Samples) -> dict[str, float | None]:
 
 def sim_extras(max_tokens: int, forced_output_ids: list[int] | None) -> dict[str, Any]:
     """OpenAI length forcing plus the simulator's own field carrying the recorded output ids, so the
-    KV it caches for the output is the KV the next recorded prompt reuses."""
+    KV it caches for the output is the KV the next recorded prompt reuses; and the output's ids
+    back (`return_token_ids`, replay/sim/server.py), so that a run counts streamed tokens and
+    checks the forcing (`exact_match`) as it does in process, not text chunks."""
     extras = openai_extras(max_tokens, forced_output_ids)
     if forced_output_ids is not None:
         extras["forced_output_ids"] = list(forced_output_ids)
+    extras["return_token_ids"] = True
     return extras
 
 
