@@ -237,6 +237,11 @@ def test_run_against_the_simulator_server_over_loopback(trace_file, tmp_path, si
     # the adapter asks for the output's ids: streamed tokens are counted and forcing is checked
     assert summary["exact_match_rate"] == 1.0
     assert (rows["stream_tokens"] == rows["completion_tokens"]).all()
+    # the simulator's own counters come through /metrics as they do in process; gauges do not
+    counters = orjson.loads((tmp_path / "o" / "counters.json").read_bytes())
+    assert counters["requests"] == summary["calls"] and counters["chunks_written"] >= 0
+    assert isinstance(counters["device_evicted_blocks"], int)
+    assert not {"device_blocks", "host_chunks", "device_blocks_capacity"} & set(counters)
 
 
 def test_a_run_started_with_sigint_ignored_keeps_ignoring_it(tmp_path):

@@ -67,13 +67,21 @@ def launch_server(options: Mapping[str, Any], host: str, port: int) -> LaunchSpe
 
 
 def map_counters(samples: Samples) -> dict[str, float | None]:
-    """`replay_sim:<canonical>_total` (or without `_total`) -> canonical counters, one to one."""
-    return {
+    """`replay_sim:<canonical>_total` (or without `_total`) -> canonical counters, one to one;
+    then every other `replay_sim:<name>_total` under its own name (chunks written and read,
+    declined writes, evicted blocks, requests: what the in-process simulator's counters.json
+    holds too). Whole numbers come back as ints, as in process."""
+    out: dict[str, float | None] = {
         name: first_present(
             sample_sum(samples, f"{PREFIX}{name}_total"), sample_sum(samples, f"{PREFIX}{name}")
         )
         for name in CANONICAL_COUNTERS
     }
+    for metric in samples:
+        if metric.startswith(PREFIX) and metric.endswith("_total"):
+            name = metric[len(PREFIX) : -len("_total")]
+            out.setdefault(name, sample_sum(samples, metric))
+    return {k: int(v) if isinstance(v, float) and v.is_integer() else v for k, v in out.items()}
 
 
 def sim_extras(max_tokens: int, forced_output_ids: list[int] | None) -> dict[str, Any]:

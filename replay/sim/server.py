@@ -120,14 +120,16 @@ class SimServer:
         self._calls.clear()
 
     def gauges(self) -> dict[str, float]:
+        # no gauge name ends in `_total`: Prometheus keeps that suffix for counters, and the
+        # sim-server adapter reads every `replay_sim:*_total` as one (capacities are not)
         e = self.engine
         return {
             "num_requests_running": len(e.running),
             "num_requests_waiting": len(e.waiting),
             "device_blocks_used": e.device.n_cached + e.device.n_anon,
-            "device_blocks_total": e.device.capacity,
+            "device_blocks_capacity": e.device.capacity,
             "host_chunks_used": len(e.host) if e.host is not None else 0,
-            "host_chunks_total": e.host.capacity if e.host is not None else 0,
+            "host_chunks_capacity": e.host.capacity if e.host is not None else 0,
             "sim_time_seconds": self.runner.clock.now(),
         }
 
