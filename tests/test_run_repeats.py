@@ -91,6 +91,7 @@ def test_compare_says_what_it_left_out_and_why_a_side_is_empty(tmp_path):
     cp = _replay("compare", str(a), str(b))
     assert cp.returncode == 0, cp.stderr
     assert "host_tier_gib=0/r1/run.json: summary.makespan_s: not a number ('fast')" in cp.stderr
+    assert "makespan_s" in cp.stdout and "host_tier_gib" not in cp.stdout.split("\n", 2)[2]
     # a side whose only run.json is unreadable says so
     (b / "r0" / "run.json").write_text("{torn")
     (b / "r1" / "run.json").write_text("{torn")

@@ -45,7 +45,10 @@ def load_side(path: str):
         raise ConfigError(path, None, f"no finished runs (status ok or errors) here{why}")
     for note in notes:  # what was left out of the comparison, and why
         click.echo(f"replay: {p / note}", err=True)
-    return runs.reset_index(drop=True)
+    # the matrix's settings name the point; they are not measurements to compare
+    return runs.drop(columns=[c for c in results.params if c in runs.columns]).reset_index(
+        drop=True
+    )
 
 
 def _num(v: float) -> str:
