@@ -261,6 +261,33 @@ def test_a_run_started_with_sigint_ignored_keeps_ignoring_it(tmp_path):
     assert len(pd.read_parquet(out / "calls.parquet")) == 40
 
 
+@pytest.mark.parametrize("hard", [4096, 200])
+def test_the_open_file_limit_is_raised_for_a_large_pool_or_named(tmp_path, hard):
+    """Started with a soft limit of 200 open files (hard 4096): the run raises it and its 300
+    agents all connect. With the hard limit at 200 too, it says so before sending."""
+    import resource
+
+    trace = tmp_path / "t.jsonl"
+    write_trace(make_trace({f"t{i}": [{}] * 2 for i in range(300)}), trace)
+    out = tmp_path / "o"
+
+    def limit() -> None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (200, hard))
+
+    with FaultServer() as srv:
+        cp = subprocess.run(
+            [*REPLAY, "run", "--trace", str(trace), "--pool", "300", "--out", str(out),
+             "--url", srv.url, "--quiet"],
+            cwd=ROOT, capture_output=True, text=True, timeout=120, preexec_fn=limit,
+        )  # fmt: skip
+    rows = pd.read_parquet(out / "calls.parquet")
+    if hard == 4096:
+        assert cp.returncode == 0 and (rows["status"] == "ok").all(), cp.stderr
+        assert "open-file limit" not in cp.stderr
+    else:
+        assert "replay: warning: the open-file limit is 200 (hard limit 200)" in cp.stderr
+
+
 def test_second_signal_cancels_calls_in_flight_at_once(tmp_path):
     trace = tmp_path / "t.jsonl"
     write_trace(make_trace({f"t{i}": [{}] * 3 for i in range(3)}), trace)

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Iterator, Mapping
 
+from replay.driver.fd_limit import raise_open_files
 from replay.driver.http_common import HttpOptions
 from replay.driver.options import RunOptions
 from replay.errors import ConfigError
@@ -81,6 +83,9 @@ def http_transport_factory(
         valid = ", ".join(TRANSPORTS)
         raise ConfigError("run", "--transport", f"unknown transport {transport!r}; valid: {valid}")
     limit = connection_limit(trace, options)
+    short = raise_open_files(limit)
+    if short is not None:
+        print(f"replay: warning: {short}", file=sys.stderr)
     try:
         http = HttpOptions(
             url,
