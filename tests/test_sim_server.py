@@ -228,3 +228,37 @@ def test_time_scale_paces_answers_in_wall_time():
     slow = asyncio.run(latency(10.0))  # ten wall seconds per simulated second
     assert slow >= 10 * sim_s * 0.95
     assert fast < slow
+
+
+def test_a_client_that_goes_away_mid_stream_is_not_an_error(caplog):
+    """A cancelled call (or a client's Ctrl-C) closes its connection mid-stream: the server
+    goes on quietly (it logged a traceback per call: thousands of lines after a pool's Ctrl-C)."""
+    import asyncio
+    import logging
+
+    from aiohttp import web
+
+    from replay.sim.options import SimConfig
+    from replay.sim.server import build_app
+
+    cfg = SimConfig(hardware="h100", model="llama-3-8b", tp=1, device_kv_gib=2, time_scale=5.0)
+
+    async def main() -> None:
+        runner = web.AppRunner(build_app(cfg))
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        try:
+            body = {"prompt": list(range(2048)), "max_tokens": 40, "stream": True}
+            async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as c:
+                async with c.stream("POST", "/v1/completions", json=body) as r:
+                    async for _ in r.aiter_bytes():
+                        break  # the first token came: go away
+            await asyncio.sleep(2.0)  # the rest of the stream is due meanwhile (~1.6 s)
+        finally:
+            await runner.cleanup()
+
+    with caplog.at_level(logging.ERROR, logger="aiohttp"):
+        asyncio.run(main())
+    assert [r for r in caplog.records if r.levelno >= logging.ERROR] == []

@@ -331,7 +331,11 @@ async def _stream(
         if opts["include_usage"]:
             await send(dict(head, choices=[], usage=_usage(seq)))
         await send("[DONE]")
-    except (ConnectionResetError, asyncio.CancelledError):
+    except ConnectionResetError:
+        # the client went away (a cancelled call, a client's Ctrl-C): nothing to tell it, and
+        # nothing wrong here; raised on, aiohttp logged a 33-line traceback for each one
+        return resp
+    except asyncio.CancelledError:
         raise
     except Exception as e:  # the engine failed mid-stream: say so in the stream
         await send({"error": {"message": f"simulator engine failed: {e!r}", "code": 500}})
