@@ -251,10 +251,12 @@ def test_a_client_that_goes_away_mid_stream_is_not_an_error(caplog):
         port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
         try:
             body = {"prompt": list(range(2048)), "max_tokens": 40, "stream": True}
-            async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as c:
-                async with c.stream("POST", "/v1/completions", json=body) as r:
-                    async for _ in r.aiter_bytes():
-                        break  # the first token came: go away
+            async with (
+                httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as c,
+                c.stream("POST", "/v1/completions", json=body) as r,
+            ):
+                async for _ in r.aiter_bytes():
+                    break  # the first token came: go away
             await asyncio.sleep(2.0)  # the rest of the stream is due meanwhile (~1.6 s)
         finally:
             await runner.cleanup()
