@@ -87,3 +87,14 @@ def test_run_keeps_stream_times_and_prints_the_latency_table(trace_file, tmp_pat
     assert abs(s["tt2t_p50_s"] - tt2t.median()) < 1e-9
     assert s["slo_s"] == {"ttft_s": 2.0, "itl_s": 0.05}
     assert 0 <= s["goodput_calls"] <= s["calls"]
+
+
+def test_latency_table_columns_stay_apart_past_a_thousand_seconds():
+    from replay.cli.run_summary import latency_lines
+
+    qs = (1, 5, 10, 25, 50, 75, 90, 95, 99)
+    table = {"ttft_s": {f"p{q}": 1000.0 + 100 * q for q in qs}}  # an overloaded server
+    head, ttft, *_ = latency_lines({"latency_percentiles": table})
+    values = ttft.split()[1:]
+    assert values == [format((1000.0 + 100 * q) * 1e3, ".1f") for q in qs]
+    assert len(head.split()) == 2 + len(qs)  # "latency", "ms", p1 .. p99

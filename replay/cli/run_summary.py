@@ -53,15 +53,19 @@ def latency_lines(s: dict) -> list[str]:
     from replay.driver.latency import LATENCY_METRICS, PERCENTILES
 
     table = s.get("latency_percentiles") or {}
-    head = "latency ms   " + "".join(f"{'p' + str(q):>9}" for q in PERCENTILES)
-    lines = [head]
+
+    def cell(row: dict, q: int) -> str:
+        v = row.get(f"p{q}")
+        return "-" if v is None else format(v * 1e3, ".1f")
+
+    cells = {m: [cell(table.get(m) or {}, q) for q in PERCENTILES] for m in LATENCY_METRICS}
+    # wide enough for the widest value plus a space: an overloaded server's 1,000 s is 7 digits
+    w = max([8, *(len(c) for row in cells.values() for c in row)]) + 1
+    lines = ["latency ms   " + "".join(f"{'p' + str(q):>{w}}" for q in PERCENTILES)]
     for metric in LATENCY_METRICS:
-        row = table.get(metric) or {}
-        cells = "".join(
-            f"{'-' if row.get(f'p{q}') is None else format(row[f'p{q}'] * 1e3, '.1f'):>9}"
-            for q in PERCENTILES
+        lines.append(
+            f"  {metric.removesuffix('_s'):<11}" + "".join(f"{c:>{w}}" for c in cells[metric])
         )
-        lines.append(f"  {metric.removesuffix('_s'):<11}{cells}")
     if s.get("slo_s"):
         slo = ", ".join(f"{k.removesuffix('_s')} <= {v * 1e3:g} ms" for k, v in s["slo_s"].items())
         frac = s["goodput_fraction"]
