@@ -26,11 +26,19 @@ def test_long_bodies_are_named_even_with_raw_transport():
 def test_cpu_saturation_transport_and_machine():
     d = _diag(client_cpu_fraction=0.97)
     assert d.cause == "client_cpu" and "97%" in d.message
-    d = _diag(transport="aiohttp")
+    d = _diag(transport="aiohttp", client_cpu_fraction=0.6)
     assert d.cause == "transport" and "--transport raw" in d.message
     d = _diag()
     assert d.cause == "machine" and "other processes" in d.message
     assert d.message.startswith("p99 send drift 25.0 ms exceeds 10 ms")
+    # a slower client at a quarter of a core: not what made it late (raw drifted as much)
+    d = _diag(transport="aiohttp", client_cpu_fraction=0.26)
+    assert d.cause == "machine" and "--transport raw" not in d.message
+
+
+def test_the_cpu_figure_names_the_polling_apart():
+    d = _diag(client_cpu_fraction=0.17, spin_fraction=0.1)
+    assert "17% of a core (besides 10% polling before deadlines)" in d.message
 
 
 def test_generated_traces_get_a_content_hash():

@@ -265,6 +265,7 @@ def _run(
             max_prompt_tokens=longest,
             transport=prov.get("transport") or made.get("transport"),
             encode_share=share,
+            spin_fraction=spin_fraction,
         )
         summary["drift_cause"] = diagnosis.cause
         warnings.append(diagnosis.message)
