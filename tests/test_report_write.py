@@ -195,3 +195,11 @@ def test_an_unreadable_predictions_file_is_named_not_taken_for_none(tmp_path):
     text = write_report(exp, figures=False).report.read_text()
     assert "nothing was pre-registered" not in text
     assert "`predictions.json: unreadable (" in text
+
+
+def test_many_comparisons_say_how_many_would_be_real_by_chance(report):
+    _, text = report
+    real = _section(text, "What is real")
+    assert "10 real, 2 within noise" in real
+    assert "12 comparisons were tested, each at α = 0.05 and none corrected" in real
+    assert "about 1 of them would still be called real by chance" in real

@@ -45,6 +45,14 @@ def what_is_real(a: Analysis) -> list[str]:
         ", ".join(f"{counts.get(v, 0)} {v}" for v in (REAL, WITHIN_NOISE, SINGLE_REPEAT)) + ".",
         "",
     ]
+    tested = int(counts.get(REAL, 0) + counts.get(WITHIN_NOISE, 0))
+    if tested >= 10:  # the p-values are per comparison: say what that means for many of them
+        lines += [
+            f"{tested} comparisons were tested, each at α = 0.05 and none corrected for the "
+            f"others: if nothing differed, about {tested * 0.05:.0f} of them would still be "
+            "called real by chance. Weigh a small real difference that stands alone accordingly.",
+            "",
+        ]
     for factor, group in c.groupby("factor", sort=False):
         lines += [f"**{factor}** (baseline {factor}={plain(group['baseline'].iloc[0])})", ""]
         others = [p for p in a.params if p != factor and p in group.columns]
