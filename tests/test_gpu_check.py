@@ -65,7 +65,13 @@ def test_run_checks_pass_on_a_real_run_and_catch_each_fault(tmp_path):
     counters = json.loads((run / "counters.json").read_text())
     assert counters["host_restore_tokens"] > 0  # the small device tier sends contexts to host
     assert gpu_check.verify_run(run, tier_on=True, exact=False) == []
-    # The simulator's server forces lengths only: exact forcing is reported missing.
+    # The simulator's server returns the forced ids: exact forcing checks out, and a call whose
+    # output differs is reported.
+    assert gpu_check.verify_run(run, tier_on=True, exact=True) == []
+    calls = (run / "calls.jsonl").read_text().splitlines()
+    first = json.loads(calls[0]) | {"exact_match": 0.5}
+    (run / "calls.jsonl").write_text("\n".join([json.dumps(first), *calls[1:]]) + "\n")
+    assert "1 of " in gpu_check.verify_run(run, tier_on=True, exact=True)[0]
     assert "not forced exactly" in gpu_check.verify_run(run, tier_on=True, exact=True)[0]
     counters["device_hit_tokens"] += 1
     (run / "counters.json").write_text(json.dumps(counters))
