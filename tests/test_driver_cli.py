@@ -288,6 +288,17 @@ def test_the_open_file_limit_is_raised_for_a_large_pool_or_named(tmp_path, hard)
         assert "replay: warning: the open-file limit is 200 (hard limit 200)" in cp.stderr
 
 
+def test_an_open_loop_trace_says_the_pool_does_not_limit_it(tmp_path):
+    trace = tmp_path / "t.jsonl"
+    write_trace(make_trace({f"t{i}": [{"at": 0.01 * i}] for i in range(6)}), trace)
+    argv = ["run", "--trace", str(trace), "--pool", "2", "--engine", "sim", "--quiet"]
+    cp = _replay(*argv, "--out", str(tmp_path / "o"))
+    assert cp.returncode == 0, cp.stderr
+    assert "open-loop trace" in cp.stderr and "--pool 2 does not limit them" in cp.stderr
+    cp = _replay(*argv, "--out", str(tmp_path / "o2"), "--max-inflight", "2")
+    assert cp.returncode == 0 and "open-loop" not in cp.stderr
+
+
 def test_second_signal_cancels_calls_in_flight_at_once(tmp_path):
     trace = tmp_path / "t.jsonl"
     write_trace(make_trace({f"t{i}": [{}] * 3 for i in range(3)}), trace)

@@ -217,7 +217,7 @@ def command(
     from replay.sweep.results import prepare_out_dir
     from replay.trace.cache import default_cache_dir
     from replay.trace.io import read_trace
-    from replay.trace.schedule import check_pool
+    from replay.trace.schedule import check_pool, is_open_loop
 
     if (url is None) == (engine is None):
         raise ConfigError("run", "--url/--engine", "give exactly one of --url URL or --engine sim")
@@ -285,6 +285,12 @@ def command(
         return
     trace = read_trace(trace_path, default_cache_dir() if trace_cache else None)
     check_pool(trace, pool)  # refuse before sending what would wait forever
+    if max_inflight is None and is_open_loop(trace):
+        click.echo(
+            f"replay: note: {trace_path} is an open-loop trace (every call has at_s): calls go out "
+            f"at their arrival times and --pool {pool} does not limit them; --max-inflight does",
+            err=True,
+        )
     # the served model before --out is made: --strict refuses to start without one
     model: str | None = None
     early: list[str] = []
