@@ -563,3 +563,17 @@ def test_tokenlog_missing_field(tmp_path: Path) -> None:
 def test_unknown_importer() -> None:
     with pytest.raises(ConfigError, match="weka"):
         import_trace("nope", ["x"])
+
+
+def test_importing_several_mooncake_files_notes_that_their_loads_overlap(tmp_path: Path) -> None:
+    from tests.cli_batch import run_one
+
+    for name in ("a", "b"):
+        d = tmp_path / name
+        d.mkdir()
+        _mooncake_file(d, _MC).rename(tmp_path / f"{name}.jsonl")
+    argv = ["trace", "import", "--from", "mooncake", "a.jsonl", "b.jsonl", "-o", "o.jsonl"]
+    r = run_one(str(tmp_path), argv)
+    assert r["code"] == 0 and "2 Mooncake files (a, b) keep their own timestamps" in r["err"]
+    r = run_one(str(tmp_path), [*argv[:4], "a.jsonl", "-o", "one.jsonl"])
+    assert r["code"] == 0 and "note" not in r["err"]

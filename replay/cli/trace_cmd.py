@@ -98,6 +98,14 @@ def import_cmd(kind: str, src: tuple[str, ...], out: str, vocab_size: int | None
     trace = import_trace(kind, list(src), vocab_size=vocab_size)
     write_out(trace, out, "import")
     click.echo(f"{out}: {len(trace.tasks)} tasks, {len(trace)} calls")
+    files = sorted({c.ns for c in trace.calls if c.ns}) if kind == "mooncake" else []
+    if len(files) > 1:  # each file keeps its own timestamps, on one timeline
+        click.echo(
+            f"replay: note: {len(files)} Mooncake files ({', '.join(f.split(':', 1)[-1] for f in files)}) "
+            "keep their own timestamps on one timeline: their loads overlap in one open-loop run; "
+            "import one file for one workload",
+            err=True,
+        )
 
 
 @command.command("synth")
