@@ -204,6 +204,17 @@ def test_ttft_cdf_is_the_sorted_ttfts():
     assert list(line.get_ydata()) == pytest.approx([0.0, 0.5, 1.0])
 
 
+def test_many_points_draw_an_even_spread_in_distinct_styles():
+    ttfts = {f"host_tier_gib={g}": np.array([0.1 * (g + 1)]) for g in range(50)}
+    fig = ttft_cdf(ttfts, CTX)
+    lines = fig.axes[0].get_lines()
+    labels = [ln.get_label().split(" ")[0] for ln in lines]
+    assert len(lines) == 24 and labels[0] == "host_tier_gib=0" and labels[-1] == "host_tier_gib=49"
+    assert fig.axes[0].get_title() == "24 of 50 points drawn, evenly spaced in point order"
+    styles = {(ln.get_color(), ln.get_linestyle()) for ln in lines}
+    assert len(styles) == 24
+
+
 def test_engine_figure_pairs_engines_at_matched_points():
     runs = pd.DataFrame(
         {

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+import matplotlib
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
@@ -39,7 +40,15 @@ def ttft_cdf(ttft_by_point: Mapping[str, np.ndarray], ctx: FigureContext) -> Fig
     if not items:
         return None
     fig, (ax,) = new_figure(ctx, "Time to first token, CDF per point")
-    for label, values in items[:MAX_CDF_LINES]:
+    drawn = items
+    if len(items) > MAX_CDF_LINES:
+        # evenly spaced in point order (the matrix's): the first 24 of 50 points showed only
+        # the smallest host tiers, where nothing changes
+        pick = np.unique(np.linspace(0, len(items) - 1, MAX_CDF_LINES).round().astype(int))
+        drawn = [items[i] for i in pick]
+    # 20 colours, then the same with dashes: no two of 24 lines look alike
+    colours = matplotlib.colormaps["tab20"].colors
+    for i, (label, values) in enumerate(drawn):
         # Start at (min, 0) so each curve rises from zero at its fastest call.
         x = np.concatenate([values[:1], values])
         frac = np.arange(0, len(values) + 1) / len(values)
@@ -47,9 +56,14 @@ def ttft_cdf(ttft_by_point: Mapping[str, np.ndarray], ctx: FigureContext) -> Fig
             # Thousands of steps per line draw the same picture as a couple of thousand.
             keep = np.unique(np.linspace(0, len(x) - 1, MAX_CDF_POINTS).round().astype(int))
             x, frac = x[keep], frac[keep]
-        ax.step(x, frac, where="post", label=f"{label} (n={len(values)})")
-    if len(items) > MAX_CDF_LINES:
-        ax.set_title(f"{len(items) - MAX_CDF_LINES} more points not drawn", fontsize=8)
+        ax.step(
+            x, frac, where="post", label=f"{label} (n={len(values)})",
+            color=colours[i % len(colours)], linestyle="-" if i < len(colours) else "--",
+        )  # fmt: skip
+    if len(drawn) < len(items):
+        ax.set_title(
+            f"{len(drawn)} of {len(items)} points drawn, evenly spaced in point order", fontsize=8
+        )
     positive = np.concatenate([v[v > 0] for _, v in items])
     if positive.size and positive.max() / positive.min() > 100:
         ax.set_xscale("log")
