@@ -47,7 +47,8 @@ def ttft_cdf(ttft_by_point: Mapping[str, np.ndarray], ctx: FigureContext) -> Fig
         pick = np.unique(np.linspace(0, len(items) - 1, MAX_CDF_LINES).round().astype(int))
         drawn = [items[i] for i in pick]
     # 20 colours, then the same with dashes: no two of 24 lines look alike
-    colours = matplotlib.colormaps["tab20"].colors
+    tab20 = matplotlib.colormaps["tab20"]
+    colours = [tab20(i) for i in range(tab20.N)]
     for i, (label, values) in enumerate(drawn):
         # Start at (min, 0) so each curve rises from zero at its fastest call.
         x = np.concatenate([values[:1], values])
