@@ -286,3 +286,19 @@ def test_long_cdf_is_thinned_but_keeps_its_ends():
     # every plotted step is a true point of the empirical CDF: y = rank / n at x
     ranks = np.searchsorted(np.sort(values), x[1:], side="right")
     assert np.allclose(ranks / len(values), y[1:])
+
+
+def test_a_long_legend_takes_columns_and_the_figure_fits_it(tmp_path):
+    import warnings
+
+    from replay.plots.common import legend_outside, new_figure, save_figure
+
+    fig, (ax,) = new_figure(CTX, "forty series")
+    width = fig.get_figwidth()
+    for i in range(40):
+        ax.plot([0, 1], [i, i + 1], label=f"admission=conditioned,pool=16 series {i}")
+    legend_outside(ax)
+    assert ax.get_legend()._ncols == 3 and fig.get_figwidth() == width + 3.6
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # "constrained_layout not applied" when it overflowed
+        save_figure(fig, tmp_path, "f", formats=("png",))

@@ -112,10 +112,22 @@ def split_series(agg: pd.DataFrame, params: Sequence[str], x: str) -> Iterator[S
         )
 
 
+LEGEND_ROWS = 14  # entries a legend column holds beside a 4.8-inch-high figure at font size 7
+
+
 def legend_outside(ax: Any, **kwargs: Any) -> None:
-    """Legend right of the axes: inside, it would hide data points once a sweep has a few series."""
-    if ax.get_legend_handles_labels()[0]:
-        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=7, **kwargs)
+    """Legend right of the axes: inside, it would hide data points once a sweep has a few series.
+    Past `LEGEND_ROWS` entries it takes more columns and the figure grows wider by as much: one
+    column of 40 ran off the figure, and constrained layout gave up on it."""
+    handles = ax.get_legend_handles_labels()[0]
+    if not handles:
+        return
+    ncol = -(-len(handles) // LEGEND_ROWS)
+    if ncol > 1 and "ncol" not in kwargs:
+        fig = ax.get_figure()
+        fig.set_figwidth(fig.get_figwidth() + 1.8 * (ncol - 1))
+        kwargs["ncol"] = ncol
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=7, **kwargs)
 
 
 def yerr(series: Series, metric: str) -> np.ndarray:
