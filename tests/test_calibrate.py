@@ -233,6 +233,9 @@ def test_a_bad_costs_file_names_the_file_and_field(tmp_path):
     bad.write_text("[costs]\nprefill_s_per_token = -1\n")
     with pytest.raises(ConfigError, match="c.toml.*costs.prefill_s_per_token.*>= 0"):
         SimConfig(costs=str(bad))
+    bad.write_text("[costs]\nprefill_s_per_token = inf\n")  # the simulation spun on it for good
+    with pytest.raises(ConfigError, match="prefill_s_per_token.*finite number >= 0, got inf"):
+        SimConfig(costs=str(bad))
     bad.write_text("[costs]\nwarp_s = 1\n")
     with pytest.raises(ConfigError, match="unknown cost"):
         load_costs(bad)

@@ -19,6 +19,7 @@ fills with its provenance and residuals (never read back by the simulator).
 from __future__ import annotations
 
 import dataclasses
+import math
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,8 +47,9 @@ class FittedCosts:
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
             v = getattr(self, f.name)
-            if not isinstance(v, int | float) or isinstance(v, bool) or not v >= 0:
-                raise ConfigError("costs", f.name, f"must be a number >= 0, got {v!r}")
+            # inf too: an infinite step never ends, and the simulation spun on it for good
+            if not isinstance(v, int | float) or isinstance(v, bool) or not 0 <= v < math.inf:
+                raise ConfigError("costs", f.name, f"must be a finite number >= 0, got {v!r}")
 
     def to_dict(self) -> dict[str, float]:
         return {k: float(v) for k, v in dataclasses.asdict(self).items()}
