@@ -206,6 +206,9 @@ def test_calibrate_a_simulated_sweep_predicts_its_other_points(tmp_path, capsys,
     [
         (["calibrate", "nowhere", "--fit", "a", "-o", "c.toml"], "not a sweep's results"),
         (["calibrate", ".", "-o", "c.toml"], "--fit"),
+        # the costs written over the experiment file broke the folder they were fitted to
+        (["calibrate", ".", "--fit", "a", "-o", "experiment.toml"], "is part of the results"),
+        (["calibrate", ".", "--fit", "a", "-o", "p=1/r0/c.toml"], "is part of the results"),
     ],
 )
 def test_bad_calibrate_input_is_one_line_and_exit_2(argv, needle, tmp_path, capsys, monkeypatch):

@@ -9,6 +9,8 @@ from typing import Any
 import click
 import orjson
 
+from replay.errors import ConfigError
+
 __all__ = ["command"]
 
 
@@ -86,6 +88,24 @@ _RANGES = (
 )
 
 
+# what a results folder holds besides its run directories (docs/results.md)
+_RESULTS_FILES = frozenset(
+    {"experiment.toml", "plan.json", "predictions.json", "summary.parquet", "summary.csv",
+     "report.md", "report.html", ".lock"}
+)  # fmt: skip
+
+
+def _check_out(out: Path, results_dir: Path) -> None:
+    """Refuse a costs file that would replace one of the results it is fitted to (`-o
+    RESULTS/experiment.toml` wrote the costs over the experiment and broke the folder)."""
+    target, root = out.resolve(), results_dir.resolve()
+    if target.is_relative_to(root) and (target.name in _RESULTS_FILES or target.parent != root):
+        raise ConfigError(
+            "calibrate", "-o", f"{str(out)!r} is part of the results in {str(results_dir)!r}; "
+            "write the costs elsewhere (a new file name there is fine)",
+        )  # fmt: skip
+
+
 @click.command("calibrate")
 @click.argument("results_dir", type=click.Path(path_type=Path))
 @click.option(
@@ -127,6 +147,7 @@ def command(
     from replay.calibrate.records import read_results
 
     check_orders(orders)  # before the results are read: a bad count is the first thing said
+    _check_out(Path(out), Path(results_dir))
 
     report = calibrate(read_results(results_dir), list(fit_points), out, per_run_speed, orders)
     if as_json:

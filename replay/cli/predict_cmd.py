@@ -12,6 +12,7 @@ import click
 import orjson
 
 from replay.counters import COMPUTED_PREFILL_TOKENS
+from replay.driver.records import chmod_by_umask
 from replay.errors import ConfigError
 from replay.model.closed_form import closed_form
 from replay.model.economics import economics_table
@@ -59,6 +60,7 @@ def _emit(doc: dict, as_json: bool, out: str | None, human) -> None:
         path = Path(out)
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
+        chmod_by_umask(fd)  # mkstemp makes 0600; a prediction is shared like any file written
         with os.fdopen(fd, "wb") as f:
             f.write(text + b"\n")
         os.replace(tmp, path)
@@ -193,6 +195,13 @@ def command(**o) -> None:
         --session-tokens 100000 --device-gib 167.6
     """
     mode = o["mode"] or "trace"
+    trace_path = o.get("trace_path")
+    if o["out"] and trace_path and Path(o["out"]).resolve() == Path(trace_path).resolve():
+        raise ConfigError(
+            WHERE,
+            "-o",
+            f"{o['out']!r} is the trace: writing it would replace it; give another file",
+        )
     tiers = _numbers(float, o["tiers_gib"], "--tiers-gib")
     for gib, flag in [*((t, "--tiers-gib") for t in tiers), (o["device_gib"], "--device-gib")]:
         if not 0 <= gib <= MAX_TIER_GIB:
