@@ -157,6 +157,20 @@ def test_merge_refuses_traces_of_different_vocabularies():
         merge_traces([a, b], ["a", "b"])
 
 
+def test_merge_refuses_an_open_loop_trace_beside_a_closed_loop_one():
+    """The merge was written, and every reader then refused it (a mix of arrival kinds)."""
+    import dataclasses
+
+    from replay.trace.model import Trace
+
+    a = synth("swe-agent", tasks=1, seed=1, scale=0.02)
+    b = synth("swe-agent", tasks=1, seed=2, scale=0.02)
+    b = Trace(b.header, [dataclasses.replace(c, at_s=0.0 + c.index) for c in b.calls])
+    with pytest.raises(ConfigError, match="b replay open loop .* a closed loop"):
+        merge_traces([a, b], ["a", "b"])
+    assert len(merge_traces([b, b], ["b", "b"])) == 2 * len(b)  # one kind: still merges
+
+
 # --- as a user runs them ------------------------------------------------------------------------
 
 
