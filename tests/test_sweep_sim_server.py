@@ -280,3 +280,11 @@ def test_dry_run_shows_the_ready_file_under_the_results_root_given(tmp_path):
     assert cp.returncode == 0, cp.stderr
     assert str(root / "s" / "host_tier_gib=0" / "r0" / ".server.port") in cp.stdout
     assert not root.exists()  # a dry run writes nothing
+
+
+def test_an_experiment_setting_max_model_len_launches(tmp_path):
+    """The adapter passes every simulator option to `replay sim serve`, max_model_len included,
+    which the server did not take: every run failed with "No such option"."""
+    exp = make(tmp_path, name="mml", repeats=1, tiers="[0]", extra="max_model_len = 65536")
+    result = run_sweep(exp, results_root=tmp_path / "r", echo=lambda s: None)
+    assert [o.status for o in result.outcomes] == ["ok"]

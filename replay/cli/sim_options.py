@@ -56,6 +56,10 @@ _OPTIONS: list[tuple[str, dict[str, Any]]] = [
         {"default": None, "help": "share and keep device KV blocks across requests (vLLM's flag)"},
     ),
     ("--max-num-seqs", {"type": int, "help": "max running sequences"}),
+    (
+        "--max-model-len",
+        {"type": int, "help": "longest prompt + output a request may have, tokens (vLLM's flag)"},
+    ),
     ("--max-num-batched-tokens", {"type": int, "help": "token budget per step (chunked prefill)"}),
     (
         "--batch-defaults",

@@ -94,7 +94,10 @@ class SimConfig:
         def bad(field: str, why: str) -> ConfigError:
             return ConfigError("sim options", f"--{field.replace('_', '-')}", why)
 
-        for f in ("tp", "block_tokens", "chunk_tokens", "max_num_seqs", "max_num_batched_tokens"):
+        for f in (
+            "tp", "block_tokens", "chunk_tokens", "max_num_seqs", "max_num_batched_tokens",
+            "max_model_len",
+        ):  # fmt: skip
             if int(getattr(self, f)) <= 0:
                 raise bad(f, f"must be a positive integer, got {getattr(self, f)}")
         if self.chunk_tokens % self.block_tokens:

@@ -56,10 +56,14 @@ class SimTransport:
         limit = self.engine.max_request_tokens()
         if prompt_tokens + max_tokens > limit:
             self.engine.c["rejected_requests"] += 1
+            holds = (
+                f"--max-model-len ({limit} tokens)"
+                if limit == self.engine.cfg.max_model_len
+                else f"what the simulated device holds ({limit} tokens); raise --device-kv-gib"
+            )
             raise RequestFailed(
                 ErrorKind.HTTP_4XX,
-                f"prompt ({prompt_tokens}) + max_tokens ({max_tokens}) exceeds what the simulated "
-                f"device holds ({limit} tokens); raise --device-kv-gib",
+                f"prompt ({prompt_tokens}) + max_tokens ({max_tokens}) exceeds {holds}",
                 400,
             )
 
