@@ -21,7 +21,7 @@ from replay.model.presets import GIB, MAX_TIER_GIB, get_hardware, get_model
 from replay.model.run_order import parse_order
 from replay.model.session import ACCESS, session_curve, turn_prices
 
-WHERE = "replay predict"
+WHERE = "predict"
 
 
 def _numbers(kind, text: str | None, name: str) -> list:
@@ -42,6 +42,19 @@ def _require(value, flag: str, mode: str):
     if value is None:
         raise ConfigError(WHERE, flag, f"required with {mode}")
     return value
+
+
+def _check_numbers(o: dict) -> None:
+    """Refuse NaN and inf where a count or a size is meant (nan reached int() and raised; inf
+    printed a working set of inf GiB), and an efficiency outside (0, 1] (0 was taken as unset)."""
+    for key, flag in (("bytes_per_token", "--bytes-per-token"),
+                      ("mean_prompt_tokens", "--mean-prompt-tokens")):  # fmt: skip
+        v = o.get(key)
+        if v is not None and not 0 < v < math.inf:
+            raise ConfigError(WHERE, flag, f"must be a finite number > 0, got {v}")
+    e = o.get("efficiency")
+    if e is not None and not 0 < e <= 1:
+        raise ConfigError(WHERE, "--efficiency", f"must be in (0, 1], got {e}")
 
 
 def _bytes_per_token(bytes_per_token: float | None, model: str | None, tp: int, mode: str) -> float:
@@ -138,7 +151,9 @@ def _print_sessions(doc: dict) -> None:
 @click.option("--trace", "trace_path", type=click.Path(dir_okay=False), help="Trace file.")
 @click.option("--pool", type=int, help="Active pool A (task slots).")
 @click.option("--model", help="Model preset (bytes per token, FLOPs).")
-@click.option("--tp", type=int, default=1, show_default=True, help="Tensor-parallel ranks.")
+@click.option(
+    "--tp", type=click.IntRange(min=1), default=1, show_default=True, help="Tensor-parallel ranks."
+)
 @click.option(
     "--bytes-per-token", type=float, help="KV bytes per token per rank (overrides --model)."
 )
@@ -195,6 +210,7 @@ def command(**o) -> None:
         --session-tokens 100000 --device-gib 167.6
     """
     mode = o["mode"] or "trace"
+    _check_numbers(o)
     trace_path = o.get("trace_path")
     if o["out"] and trace_path and Path(o["out"]).resolve() == Path(trace_path).resolve():
         raise ConfigError(
@@ -228,7 +244,7 @@ def command(**o) -> None:
             _numbers(int, o["prefix_tokens"], "--prefix-tokens"),
             hardware=[get_hardware(n) for n in names] if names else None,
             tp=o["tp"],
-            efficiency=o["efficiency"] or 1.0,
+            efficiency=1.0 if o["efficiency"] is None else o["efficiency"],
             attention=True if o["attention"] is None else o["attention"],
         )
         doc = {"model": model.name, "tp": o["tp"], "hardware": [e.to_dict() for e in table]}
@@ -242,7 +258,7 @@ def command(**o) -> None:
             hw,
             tokens,
             tp=o["tp"],
-            efficiency=o["efficiency"] or 1.0,
+            efficiency=1.0 if o["efficiency"] is None else o["efficiency"],
             attention=bool(o["attention"]),
         )
         doc = session_curve(
@@ -279,7 +295,10 @@ def _trace_mode(o: dict, tiers: list[float]) -> None:
         if o["model"] is None:
             raise ConfigError(WHERE, "--model", "--hardware needs --model for service times")
         service = ServiceModel.from_presets(
-            get_model(o["model"]), get_hardware(o["hardware"]), o["tp"], o["efficiency"] or 0.6
+            get_model(o["model"]),
+            get_hardware(o["hardware"]),
+            o["tp"],
+            0.6 if o["efficiency"] is None else o["efficiency"],
         )
     from replay.model.predict import predict_tiers  # pulls in numba: load only when predicting
 
