@@ -27,6 +27,7 @@ import numpy as np
 from replay.errors import ConfigError
 from replay.trace.keys import ChunkKeyer
 from replay.trace.model import Call, Trace, TraceHeader
+from replay.trace.schedule import MAX_AT_S, MAX_SPAN_S
 from replay.trace.stats import common_prefix_len
 from replay.trace.tokens import output_tokens, splitmix64
 
@@ -110,6 +111,23 @@ def _scaled_times(c: Call, f: float) -> dict:
     }
 
 
+def _check_scaled_times(trace: Trace, time_factor: float) -> None:
+    """Refuse a --time that takes a gap or an arrival past the trace format's bounds (the
+    reader's MAX_SPAN_S and MAX_AT_S): the scaled trace was written, then every reader refused it."""
+    for c in trace.calls:
+        for key, value, most in (
+            ("gap_s", c.gap_s, MAX_SPAN_S),
+            ("tail_gap_s", c.tail_gap_s, MAX_SPAN_S),
+            ("at_s", c.at_s, MAX_AT_S),
+        ):
+            if value is not None and value * time_factor > most:
+                raise ConfigError(
+                    "scale", "time",
+                    f"x{time_factor:g} makes {c.task} call {c.index}'s {key} "
+                    f"{value * time_factor:.3g} s, past the trace format's {most:.0e} s",
+                )  # fmt: skip
+
+
 def scale_trace(trace: Trace, divisor: int, time_factor: float = 1.0) -> Trace:
     """The trace with token lengths divided by `divisor` (K) and times multiplied by `time_factor`.
 
@@ -120,6 +138,9 @@ def scale_trace(trace: Trace, divisor: int, time_factor: float = 1.0) -> Trace:
         raise ConfigError("scale", "tokens", f"K must be >= 1, got {divisor}")
     if not time_factor >= 0 or time_factor == float("inf"):
         raise ConfigError("scale", "time", f"must be a finite number >= 0, got {time_factor}")
+    if divisor > 2**63 - 1:  # the header records it as a JSON integer
+        raise ConfigError("scale", "tokens", f"K must be < 2**63, got {divisor}")
+    _check_scaled_times(trace, time_factor)
     h = trace.header
     keyer = ChunkKeyer(divisor)
     nodes = _BlockTokens(h.vocab_size)
