@@ -189,6 +189,24 @@ def test_unknown_run_directory(capsys, trace_file):
     assert code == 2 and "run directory" in err
 
 
+def test_a_run_of_another_trace_is_refused_as_the_order(capsys, trace_file, tmp_path):
+    """A run's order predicts the trace it replayed; another trace with the same task ids gave
+    a prediction for the run's calls under the other trace's name."""
+    other = tmp_path / "other.jsonl.gz"
+    write_trace(make_trace(agent_tasks(np.random.default_rng(6), 4, 5, head=20)), other)
+    run = tmp_path / "run"
+    ran = subprocess.run(
+        [sys.executable, "-m", "replay.cli.main", "run", "--trace", str(trace_file), "--pool",
+         "2", "--engine", "sim", "--device-kv-gib", "1", "--out", str(run), "--quiet"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert ran.returncode == 0, ran.stderr
+    argv = ["predict", "--pool", "2", "--bytes-per-token", "1", "--order", f"run:{run}"]
+    code, _, err = run_cli(capsys, *argv, "--trace", str(other))
+    assert code == 2 and f"run:{run} replayed another trace" in err
+    assert ok_json(capsys, *argv, "--trace", str(trace_file), "--json")["calls"] > 0
+
+
 def test_no_traceback_from_the_real_entry_point():
     r = subprocess.run(
         [sys.executable, "-m", "replay.cli.main", "predict", "--economics"],

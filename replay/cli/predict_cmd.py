@@ -276,6 +276,27 @@ def command(**o) -> None:
         _trace_mode(o, tiers)
 
 
+def _check_same_trace(run_dir: str, trace_path: str) -> None:
+    """A run's order predicts only the trace it replayed: one sharing task ids gave a prediction
+    for the run's calls under the other trace's name. The run's run.json names its trace by
+    sha256 (runs written without it are taken as they are)."""
+    from replay.trace.cache import file_sha256
+
+    try:
+        prov = orjson.loads((Path(run_dir) / "run.json").read_bytes()).get("provenance") or {}
+    except (OSError, orjson.JSONDecodeError, AttributeError):
+        return
+    recorded = prov.get("trace_sha256")
+    if not recorded:
+        return
+    given = file_sha256(Path(trace_path))[0]
+    if given != recorded:
+        raise ConfigError(
+            WHERE, "--order", f"run:{run_dir} replayed another trace ({prov.get('trace')}, "
+            f"sha256 {recorded[:12]}...), not {trace_path} (sha256 {given[:12]}...)",
+        )  # fmt: skip
+
+
 def _trace_mode(o: dict, tiers: list[float]) -> None:
     from replay.trace.io import read_trace
 
@@ -303,6 +324,8 @@ def _trace_mode(o: dict, tiers: list[float]) -> None:
     from replay.model.predict import predict_tiers  # pulls in numba: load only when predicting
 
     trace = read_trace(path)
+    if o["order"].startswith("run:"):
+        _check_same_trace(o["order"][4:], path)
     doc = predict_tiers(
         trace,
         pool=pool,
