@@ -107,6 +107,10 @@ def slice_cmd(
     window_s = _pair(window, "--window", float, "seconds") if window is not None else None
     start, stop = _pair(window_calls, "--window-calls", int, "call indices")
     if max_calls_per_task is not None:
+        if max_calls_per_task < 1:
+            raise ConfigError(
+                "slice", "--max-calls-per-task", f"must be >= 1, got {max_calls_per_task}"
+            )
         stop = max_calls_per_task
     ids = None if task_ids is None else [t for t in task_ids.split(",") if t]
     check_out(out, "slice", [file])

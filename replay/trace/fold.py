@@ -58,8 +58,10 @@ class FoldSpec:
             raise bad("from_call", f"must be >= 1 (call 0 has no history), got {self.from_call}")
         if self.every < 1:
             raise bad("every", f"must be >= 1, got {self.every}")
-        if self.keep_head_tokens < 0 or self.summary_tokens < 1:
-            raise bad("summary_tokens", "keep_head_tokens must be >= 0 and summary_tokens >= 1")
+        if self.keep_head_tokens < 0:
+            raise bad("keep_head_tokens", f"must be >= 0, got {self.keep_head_tokens}")
+        if self.summary_tokens < 1:
+            raise bad("summary_tokens", f"must be >= 1, got {self.summary_tokens}")
         if not 0 < self.fold_fraction <= 1:
             raise bad("fold_fraction", f"must be in (0, 1], got {self.fold_fraction}")
 
