@@ -299,6 +299,15 @@ def test_an_open_loop_trace_says_the_pool_does_not_limit_it(tmp_path):
     assert cp.returncode == 0 and "open-loop" not in cp.stderr
 
 
+def test_a_real_time_run_notes_a_recorded_wait_of_hours():
+    from replay.cli.run_cmd import _long_wait_note
+
+    trace = make_trace({"a": [{}, {"gap": 7200.0}, {"gap": 1800.0}], "b": [{}, {"gap": 5.0}]})
+    note = _long_wait_note(trace, 1.0)
+    assert note is not None and "a call 1 waits 2.0 h" in note and "add up to 2.5 h" in note
+    assert _long_wait_note(trace, 0.1) is None  # 12 minutes: no note
+
+
 def test_second_signal_cancels_calls_in_flight_at_once(tmp_path):
     trace = tmp_path / "t.jsonl"
     write_trace(make_trace({f"t{i}": [{}] * 3 for i in range(3)}), trace)

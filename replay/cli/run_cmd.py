@@ -291,6 +291,10 @@ def command(
             f"at their arrival times and --pool {pool} does not limit them; --max-inflight does",
             err=True,
         )
+    if url is not None:
+        long_wait = _long_wait_note(trace, gap_scale)
+        if long_wait:
+            click.echo(long_wait, err=True)
     # the served model before --out is made: --strict refuses to start without one
     model: str | None = None
     early: list[str] = []
@@ -311,6 +315,24 @@ def command(
     code = exit_code(summary["status"])
     if code:
         sys.exit(code)  # click's Exit is swallowed by main() in non-standalone mode
+
+
+LONG_WAIT_S = 3600.0  # a recorded gap this long, scaled, makes a real-time run worth a note
+
+
+def _long_wait_note(trace, gap_scale: float) -> str | None:  # noqa: ANN001 (lazy Trace import)
+    """A note when a real-time replay must wait out a recorded gap of an hour or more (an
+    imported WEKA conversation idles up to 21.5 h): the run then lasts at least that task's gaps."""
+    longest = max(trace.calls, key=lambda c: c.gap_s)
+    if longest.gap_s * gap_scale < LONG_WAIT_S:
+        return None
+    task_s = sum(c.gap_s + (c.tail_gap_s or 0.0) for c in trace.tasks[longest.task]) * gap_scale
+    return (
+        f"replay: note: {longest.task} call {longest.index} waits {longest.gap_s * gap_scale / 3600:.1f} h "
+        f"(its recorded gap x --gap-scale {gap_scale:g}), and its task's gaps add up to "
+        f"{task_s / 3600:.1f} h: the run lasts at least that long in real time; --gap-scale "
+        "shortens the gaps, trace slice --window keeps a part"
+    )
 
 
 def _run_repeated(
