@@ -169,6 +169,8 @@ def test_merge_refuses_an_open_loop_trace_beside_a_closed_loop_one():
     with pytest.raises(ConfigError, match="b replay open loop .* a closed loop"):
         merge_traces([a, b], ["a", "b"])
     assert len(merge_traces([b, b], ["b", "b"])) == 2 * len(b)  # one kind: still merges
+    with pytest.raises(ConfigError, match="x replay open loop .* x closed loop"):
+        merge_traces([a, b], ["x", "x"])  # a/x.jsonl and b/x.jsonl: the same name, two kinds
 
 
 # --- as a user runs them ------------------------------------------------------------------------

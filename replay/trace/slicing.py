@@ -278,12 +278,13 @@ def merge_traces(traces: list[Trace], names: list[str]) -> Trace:
                     "or scale both: scaled traces are token-id traces)",
                 )
     # a trace is either open loop or closed loop (replay.trace.schedule.is_open_loop)
-    kinds = {
-        n: tr.calls[0].at_s is not None for n, tr in zip(names, traces, strict=True) if tr.calls
-    }
-    if len(set(kinds.values())) > 1:
-        open_ = [n for n, is_open in kinds.items() if is_open]
-        closed = [n for n, is_open in kinds.items() if not is_open]
+    # pairs, not a dict by name: two inputs may share a name (a/x.jsonl, b/x.jsonl)
+    kinds = [
+        (n, tr.calls[0].at_s is not None) for n, tr in zip(names, traces, strict=True) if tr.calls
+    ]
+    if len({is_open for _, is_open in kinds}) > 1:
+        open_ = [n for n, is_open in kinds if is_open]
+        closed = [n for n, is_open in kinds if not is_open]
         raise ConfigError(
             "merge", "at_s", f"{', '.join(open_)} replay open loop (arrival times) and "
             f"{', '.join(closed)} closed loop: one trace cannot be both; merge each kind apart",
