@@ -122,10 +122,15 @@ def _available_memory_bytes() -> int | None:
     return None
 
 
-def _free_disk_bytes(path: Path) -> int:
+def _nearest_existing(path: Path) -> Path:
+    """`path`, or the nearest folder above it that exists (where it would be made)."""
     while not path.exists() and path != path.parent:
         path = path.parent
-    return shutil.disk_usage(path).free
+    return path
+
+
+def _free_disk_bytes(path: Path) -> int:
+    return shutil.disk_usage(_nearest_existing(path)).free
 
 
 @dataclass(frozen=True)
@@ -376,9 +381,8 @@ def run_checks(
 
 def _file_in_the_way(path: Path) -> Path | None:
     """The nearest existing path at or above `path` when it is not a directory."""
-    while not path.exists() and path != path.parent:
-        path = path.parent
-    return None if path.is_dir() else path
+    found = _nearest_existing(path)
+    return None if found.is_dir() else found
 
 
 def require_ready(
