@@ -58,9 +58,7 @@ def _check_numbers(o: dict) -> None:
 
 
 def _bytes_per_token(bytes_per_token: float | None, model: str | None, tp: int, mode: str) -> float:
-    if bytes_per_token is not None:
-        if bytes_per_token <= 0:
-            raise ConfigError(WHERE, "--bytes-per-token", "must be positive")
+    if bytes_per_token is not None:  # in (0, inf): `_check_numbers` saw to it
         return bytes_per_token
     if model is None:
         raise ConfigError(WHERE, "--model", f"give --model (and --tp) or --bytes-per-token {mode}")
@@ -304,9 +302,7 @@ def _trace_mode(o: dict, tiers: list[float]) -> None:
     pool = _require(o["pool"], "--pool", "--trace")
     bpt = _bytes_per_token(o["bytes_per_token"], o["model"], o["tp"], "with --trace")
     device_tokens = o["device_tokens"]
-    if device_tokens is None:
-        if o["device_gib"] < 0:
-            raise ConfigError(WHERE, "--device-gib", "must be >= 0")
+    if device_tokens is None:  # --device-gib in [0, MAX_TIER_GIB]: `command` saw to it
         device_tokens = int(math.floor(o["device_gib"] * GIB / bpt))
     for flag in ("chunk_tokens", "block_tokens"):
         if o[flag] <= 0:
