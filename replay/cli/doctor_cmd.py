@@ -21,7 +21,8 @@ _MARK = {"ok": "ok  ", "warn": "WARN", "fail": "FAIL", "skip": "skip"}
 @click.option("--results", "results_root", default=None, help="results root (default: the file's)")
 def command(experiment_file: str, results_root: str | None) -> None:
     """Check that this machine can run EXPERIMENT_FILE: the trace reads, engine environment,
-    GPUs, memory, model files, trace vocabulary, a results folder that can be made, disk. Exit 2 when a check fails (a sweep would stop there too)."""
+    GPUs, memory, model files, trace vocabulary, a results folder that can be made, disk. Exit 2
+    when a check fails (a sweep would stop there too)."""
     from replay.sweep.config import load_experiment
     from replay.sweep.prepare import load_trace
 

@@ -322,7 +322,7 @@ LONG_WAIT_S = 3600.0  # a recorded gap this long, scaled, makes a real-time run 
 
 def _long_wait_note(trace, gap_scale: float) -> str | None:  # noqa: ANN001 (lazy Trace import)
     """A note when a real-time replay must wait out a recorded gap of an hour or more (an
-    imported WEKA conversation idles up to 21.5 h): the run then lasts at least that task's gaps."""
+    imported WEKA conversation idles up to 21.6 h): the run then lasts at least that task's gaps."""
     longest = max(trace.calls, key=lambda c: c.gap_s)
     if longest.gap_s * gap_scale < LONG_WAIT_S:
         return None
