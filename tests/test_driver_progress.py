@@ -66,3 +66,30 @@ def test_sweep_eta_counts_runs_that_ran():
     assert str(eta) == ""  # nothing ran yet: no guess
     eta.done(30.0)
     assert eta.eta_s() == pytest.approx(60.0) and "sweep ETA 1:00" in str(eta)
+
+
+def test_virtual_run_shows_simulated_time_and_keeps_its_records(monkeypatch, tmp_path, capsys):
+    """On the virtual loop the bar redraws as calls end, in wall time, and shows the simulated
+    clock; it adds nothing to the loop, so the records equal a run without progress."""
+    import pandas as pd
+
+    from replay.driver.options import RunOptions
+    from replay.sim.options import SimConfig
+    from replay.trace.synth import synth
+    from tests.sim_helpers import replay_on_sim
+
+    trace = synth("swe-agent", tasks=4, seed=3, scale=0.05, max_calls_per_task=5)
+    cfg = SimConfig(device_kv_gib=0.05)
+    monkeypatch.setattr(progress, "_REFRESH_S", 0.0)
+    monkeypatch.setattr(progress, "PLAIN_EVERY_S", 0.0)
+    frames = []
+    for shown in (False, True):
+        opt = RunOptions(pool=2, forcing=True, progress=shown, progress_plain=True)
+        replay_on_sim(trace, cfg, opt, tmp_path / str(shown))
+        frames.append(pd.read_parquet(tmp_path / str(shown) / "calls.parquet"))
+    lines = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("replay: calls")]
+    assert len(lines) >= len(trace)  # a line each call at a zero refresh
+    last_sim_s = float(lines[-1].split("sim ")[1].split(" s")[0].replace(",", ""))
+    assert last_sim_s == pytest.approx(frames[1]["t_end"].max(), abs=1.0)
+    assert "(sim)" in lines[-1]
+    pd.testing.assert_frame_equal(frames[0], frames[1])

@@ -96,6 +96,7 @@ class _Pool:
         self.refused_since: float | None = None
         self.answered_at: float | None = None  # the server's last answer of any kind (None: t0)
         self.lags: list[float] = []
+        self._tick: Callable[[], None] | None = None  # the progress bar's, on a virtual loop
         self._prompts = Prompts(trace, options)
         self._agents: set[asyncio.Task] = set()
         self._sending: set[asyncio.Task] = set()
@@ -109,10 +110,15 @@ class _Pool:
 
     async def run(self) -> RunResult:
         bar = None
-        if self.opt.progress and not self.virtual:
+        if self.opt.progress:
             from replay.driver.progress import ProgressBar
 
-            bar = ProgressBar(self.stats, self.rows, self.trace, plain=self.opt.progress_plain)
+            sim_time = (lambda: self.loop.time() - self.t0) if self.virtual else None
+            bar = ProgressBar(
+                self.stats, self.rows, self.trace, plain=self.opt.progress_plain, sim_time=sim_time
+            )
+            if self.virtual:  # redrawn as calls end: a timer would tick in simulated time
+                self._tick = bar.tick
         helpers: list[asyncio.Task] = []
         if self.open_loop:
             early = self._build_early()
@@ -131,7 +137,7 @@ class _Pool:
             self._go(self.rules.start(self.t0))
         if not self.virtual:
             helpers.append(self.loop.create_task(probe_lag(self.loop, self.lags)))
-        if bar is not None:
+        if bar is not None and not self.virtual:
             helpers.append(self.loop.create_task(bar.run()))
         if not self._agents and not self._all_done.done():
             self._all_done.set_result(None)
@@ -417,6 +423,8 @@ class _Pool:
             self.stats.errors += 1
         self.stats.done += 1
         self.rows.append(row)
+        if self._tick is not None:
+            self._tick()
         if self.sink is not None:
             self.sink(row)
         return row

@@ -4,7 +4,10 @@ errors and an ETA from the trace's remaining recorded work.
 On a terminal it is a `rich` progress bar; otherwise (a log file, CI) or with `--quiet`, a plain
 line every `PLAIN_EVERY_S`. Refreshed from a timer rather than per call, so a 2,000 calls/s run
 pays nothing; rich's own refresh thread is off (it would take the GIL at its own moments, which
-shows as send drift). The bar is built before the run's clock starts: its first render is slow
+shows as send drift). On the simulator's virtual-time loop a timer would tick in simulated time
+(and add events to the loop the engine's records come from), so there the pool calls `tick()` as
+each call ends and the bar redraws when enough wall time has passed; it then shows the simulated
+time, and its tokens/s are per simulated second. The bar is built before the run's clock starts: its first render is slow
 enough to show as drift. The numbers come from the call rows the pool keeps, read incrementally.
 """
 
@@ -13,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 __all__ = ["ProgressBar", "LiveCounts", "SweepEta", "progress_wanted", "work_tokens", "format_eta"]
@@ -98,13 +101,16 @@ class ProgressBar:
         trace: Any = None,
         *,
         plain: bool = False,
+        sim_time: Callable[[], float] | None = None,
     ) -> None:
         self.stats = stats
+        self.sim_time = sim_time  # the virtual loop's clock (s since the run's start), or None
         self.rows = rows
         self.counts = LiveCounts(work_tokens(trace) if trace is not None else None)
         self.plain = plain or not sys.stderr.isatty()
         self._t0 = time.monotonic()
         self._last_plain = self._t0
+        self._last_tick = self._t0
         self._bar: Any = None
         if not self.plain:
             from rich.console import Console
@@ -127,9 +133,18 @@ class ProgressBar:
         """One status line: what both the bar's text and the plain mode show."""
         s = self.stats
         self.counts.add(self.rows)
-        f = self.counts.fields(time.monotonic() - self._t0)
+        wall_s = time.monotonic() - self._t0
+        if self.sim_time is None:
+            f = self.counts.fields(wall_s)
+            clock = ""
+        else:
+            sim_s = self.sim_time()
+            f = self.counts.fields(sim_s)
+            f["tok_s"] += " (sim)"
+            f["eta"] = f"ETA {format_eta(self.counts.eta_s(wall_s))}"  # the user waits wall time
+            clock = f"sim {sim_s:,.0f} s  "
         return (
-            f"inflight {s.inflight}  errors {s.errors}  {f['tok_s']}  {f['hit']}  "
+            f"{clock}inflight {s.inflight}  errors {s.errors}  {f['tok_s']}  {f['hit']}  "
             f"{f['restored']}  {f['eta']}"
         )
 
@@ -143,6 +158,13 @@ class ProgressBar:
         if final or now - self._last_plain >= PLAIN_EVERY_S:
             self._last_plain = now
             print(f"replay: calls {self.stats.done}/{self.stats.total}  {text}", file=sys.stderr)
+
+    def tick(self) -> None:
+        """A call ended (virtual-time runs): redraw if `_REFRESH_S` of wall time has passed."""
+        now = time.monotonic()
+        if now - self._last_tick >= _REFRESH_S:
+            self._last_tick = now
+            self._show()
 
     async def run(self) -> None:
         while True:
