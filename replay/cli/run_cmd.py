@@ -248,25 +248,29 @@ def command(
     )
     # unset: RunOptions' own default (on unless REPLAY_LAST_BYTE_SYNC=off)
     sync = {} if last_byte_sync is None else {"last_byte_sync": last_byte_sync}
-    options = RunOptions(
-        pool=pool,
-        gap_scale=gap_scale,
-        timing=timing,  # type: ignore[arg-type]
-        on_error=on_error,  # type: ignore[arg-type]
-        strict=strict,
-        max_inflight=max_inflight,
-        max_rps=max_rps,
-        request_timeout_s=request_timeout_s,
-        server_gone_grace_s=server_gone_grace_s,
-        progress=progress_wanted(json_out),
-        progress_plain=quiet,
-        forcing=use_forcing,
-        truncate_prompt_tokens=truncate_prompt_tokens,
-        request_extras=adapter.request_extras,
-        efficientagent_task_id=use_task_id,
-        timer_spin_s=timer_spin_s,
-        **sync,
-    )
+    try:
+        options = RunOptions(
+            pool=pool,
+            gap_scale=gap_scale,
+            timing=timing,  # type: ignore[arg-type]
+            on_error=on_error,  # type: ignore[arg-type]
+            strict=strict,
+            max_inflight=max_inflight,
+            max_rps=max_rps,
+            request_timeout_s=request_timeout_s,
+            server_gone_grace_s=server_gone_grace_s,
+            progress=progress_wanted(json_out),
+            progress_plain=quiet,
+            forcing=use_forcing,
+            truncate_prompt_tokens=truncate_prompt_tokens,
+            request_extras=adapter.request_extras,
+            efficientagent_task_id=use_task_id,
+            timer_spin_s=timer_spin_s,
+            **sync,
+        )
+    except ConfigError as e:  # RunOptions names its fields; the user typed flags
+        flag = "--" + (e.field or "").replace("_", "-")
+        raise ConfigError("run", flag, e.why) from None
     if repeats is not None:
         run_keys = dict(
             pool=pool, gap_scale=gap_scale, timing=timing, on_error=on_error, strict=strict,
