@@ -57,6 +57,57 @@ def _check_numbers(o: dict) -> None:
         raise ConfigError(WHERE, "--efficiency", f"must be in (0, 1], got {e}")
 
 
+# The options each mode reads (besides --json and -o). One given on the command line that the
+# chosen mode does not read is refused: it passed silently, and the user took it as applied.
+_MODE_OPTIONS = {
+    "trace": {"trace_path", "pool", "model", "tp", "bytes_per_token", "tiers_gib", "chunk_tokens",
+              "block_tokens", "device_gib", "device_tokens", "order", "no_pays", "queue",
+              "ranges", "hardware", "efficiency"},
+    "closed-form": {"pool", "mean_prompt_tokens", "trace_path", "bytes_per_token", "model", "tp",
+                    "tiers_gib"},
+    "economics": {"model", "tp", "hardware", "prefix_tokens", "efficiency", "attention"},
+    "sessions": {"model", "hardware", "tp", "efficiency", "attention", "session_tokens",
+                 "device_gib", "host_gib", "max_sessions", "access"},
+}  # fmt: skip
+_POOL_ORDER_ONLY = ("queue", "ranges", "hardware", "efficiency")  # service times: --order pool
+_MODE_FLAGS = {"trace": "--trace", "closed-form": "--closed-form", "economics": "--economics",
+               "sessions": "--sessions"}  # fmt: skip
+
+
+def _mode(o: dict) -> str:
+    """The one mode flag given (trace-driven when none); two are refused (the last one won)."""
+    modes = [m for m in ("closed-form", "economics", "sessions") if o.pop(m.replace("-", "_"))]
+    if len(modes) > 1:
+        given = " and ".join(_MODE_FLAGS[m] for m in modes)
+        raise ConfigError(WHERE, given, "give one mode: each predicts something else")
+    return modes[0] if modes else "trace"
+
+
+def _check_mode_options(ctx: click.Context, mode: str, order: str) -> None:
+    """Refuse an option the chosen mode (or, predicting from a trace, its order) would ignore."""
+    used = _MODE_OPTIONS[mode]
+    for param in ctx.command.params:
+        name = param.name
+        if name is None or name.replace("_", "-") in _MODE_FLAGS:
+            continue
+        if ctx.get_parameter_source(name) != click.core.ParameterSource.COMMANDLINE:
+            continue
+        flag = max(param.opts, key=len)
+        if name in ("as_json", "out"):
+            continue
+        if name not in used:
+            where = [_MODE_FLAGS[m] for m, names in _MODE_OPTIONS.items() if name in names]
+            raise ConfigError(
+                WHERE, flag, f"not read by {_MODE_FLAGS[mode]} predictions; it is for "
+                f"{' or '.join(where)}",
+            )  # fmt: skip
+        if mode == "trace" and name in _POOL_ORDER_ONLY and order != "pool":
+            raise ConfigError(
+                WHERE, flag, f"applies to --order pool (the closed loop's service times), not "
+                f"--order {order}",
+            )  # fmt: skip
+
+
 def _bytes_per_token(bytes_per_token: float | None, model: str | None, tp: int, mode: str) -> float:
     if bytes_per_token is not None:  # in (0, inf): `_check_numbers` saw to it
         return bytes_per_token
@@ -143,9 +194,9 @@ def _print_sessions(doc: dict) -> None:
 
 
 @click.command(name="predict")
-@click.option("--closed-form", "mode", flag_value="closed-form", help="Closed form (A-1)*N*beta.")
-@click.option("--economics", "mode", flag_value="economics", help="Offload economics per hardware.")
-@click.option("--sessions", "mode", flag_value="sessions", help="The explainer's session model.")
+@click.option("--closed-form", "closed_form", is_flag=True, help="Closed form (A-1)*N*beta.")
+@click.option("--economics", "economics", is_flag=True, help="Offload economics per hardware.")
+@click.option("--sessions", "sessions", is_flag=True, help="The explainer's session model.")
 @click.option("--trace", "trace_path", type=click.Path(dir_okay=False), help="Trace file.")
 @click.option("--pool", type=int, help="Active pool A (task slots).")
 @click.option("--model", help="Model preset (bytes per token, FLOPs).")
@@ -207,7 +258,8 @@ def command(**o) -> None:
     replay predict --sessions --model llama-3-70b --hardware explainer-4xa100 \\
         --session-tokens 100000 --device-gib 167.6
     """
-    mode = o["mode"] or "trace"
+    mode = _mode(o)
+    _check_mode_options(click.get_current_context(), mode, o["order"])
     _check_numbers(o)
     trace_path = o.get("trace_path")
     if o["out"] and trace_path and Path(o["out"]).resolve() == Path(trace_path).resolve():
