@@ -106,6 +106,8 @@ def _check_mode_options(ctx: click.Context, mode: str, order: str) -> None:
                 WHERE, flag, f"applies to --order pool (the closed loop's service times), not "
                 f"--order {order}",
             )  # fmt: skip
+        if mode == "trace" and name == "efficiency" and ctx.params.get("hardware") is None:
+            raise ConfigError(WHERE, flag, "scales the service times --hardware gives; add it")
 
 
 def _bytes_per_token(bytes_per_token: float | None, model: str | None, tp: int, mode: str) -> float:
