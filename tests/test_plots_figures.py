@@ -302,3 +302,22 @@ def test_a_long_legend_takes_columns_and_the_figure_fits_it(tmp_path):
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # "constrained_layout not applied" when it overflowed
         save_figure(fig, tmp_path, "f", formats=("png",))
+
+
+def test_prefill_figure_labels_at_most_a_dozen_of_many_tiers():
+    """50 tiers: a tick each, a label on every fifth (their labels ran into one smear)."""
+    tiers = [round(0.1 * 1.12**i, 3) for i in range(50)]
+    runs = add_derived(
+        pd.DataFrame(
+            [
+                {"status": "ok", "host_tier_gib": t, "admission": "all", "makespan_s": 1.0,
+                 "prompt_tokens": 1000, "computed_prefill_tokens": 500}
+                for t in tiers
+            ]  # fmt: skip
+        ),
+        PARAMS,
+    )
+    metrics = [c for c in runs.columns if c not in (*PARAMS, "status")]
+    ax = prefill_vs_tier(aggregate(runs, PARAMS, metrics), PARAMS, CTX).axes[0]
+    labels = [t.get_text() for t in ax.get_xticklabels()]
+    assert len(labels) == 50 and [x for x in labels if x] == [f"{t:g}" for t in tiers[::5]]

@@ -23,6 +23,7 @@ from replay.plots.common import (
 __all__ = ["makespan_vs_tier", "prefill_vs_tier", "restores_writes_vs_tier"]
 
 TIER_LABEL = "host tier (GiB per rank)"
+MAX_TIER_LABELS = 12  # x labels on figure 2's categorical axis
 
 
 def _tiers(agg: pd.DataFrame) -> list[float]:
@@ -97,7 +98,11 @@ def prefill_vs_tier(
                 linestyle="--",
                 label=f"predicted: {label}",
             )
-    ax.set_xticks(range(len(tiers)), [f"{t:g}" for t in tiers])
+    # a tick per tier, a label on every k-th: 50 tiers' labels ran together into one smear
+    step = -(-len(tiers) // MAX_TIER_LABELS)
+    ax.set_xticks(
+        range(len(tiers)), [f"{t:g}" if i % step == 0 else "" for i, t in enumerate(tiers)]
+    )
     ax.set_xlabel(TIER_LABEL)
     ax.set_ylabel("computed prefill (tokens)")
     ax.grid(axis="y", alpha=0.3)
