@@ -310,8 +310,14 @@ def test_prefill_figure_labels_at_most_a_dozen_of_many_tiers():
     runs = add_derived(
         pd.DataFrame(
             [
-                {"status": "ok", "host_tier_gib": t, "admission": "all", "makespan_s": 1.0,
-                 "prompt_tokens": 1000, "computed_prefill_tokens": 500}
+                {
+                    "status": "ok",
+                    "host_tier_gib": t,
+                    "admission": "all",
+                    "makespan_s": 1.0,
+                    "prompt_tokens": 1000,
+                    "computed_prefill_tokens": 500,
+                }
                 for t in tiers
             ]  # fmt: skip
         ),

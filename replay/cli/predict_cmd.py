@@ -12,6 +12,7 @@ import click
 import orjson
 
 from replay.counters import COMPUTED_PREFILL_TOKENS
+from replay.driver.options import MAX_GAP_SCALE, TIMINGS
 from replay.driver.records import chmod_by_umask
 from replay.errors import ConfigError
 from replay.model.closed_form import closed_form
@@ -62,14 +63,15 @@ def _check_numbers(o: dict) -> None:
 _MODE_OPTIONS = {
     "trace": {"trace_path", "pool", "model", "tp", "bytes_per_token", "tiers_gib", "chunk_tokens",
               "block_tokens", "device_gib", "device_tokens", "order", "no_pays", "queue",
-              "ranges", "hardware", "efficiency"},
+              "ranges", "hardware", "efficiency", "gap_scale", "timing"},
     "closed-form": {"pool", "mean_prompt_tokens", "trace_path", "bytes_per_token", "model", "tp",
                     "tiers_gib"},
     "economics": {"model", "tp", "hardware", "prefix_tokens", "efficiency", "attention"},
     "sessions": {"model", "hardware", "tp", "efficiency", "attention", "session_tokens",
                  "device_gib", "host_gib", "max_sessions", "access"},
 }  # fmt: skip
-_POOL_ORDER_ONLY = ("queue", "ranges", "hardware", "efficiency")  # service times: --order pool
+# the closed loop's service times and pacing: --order pool
+_POOL_ORDER_ONLY = ("queue", "ranges", "hardware", "efficiency", "gap_scale", "timing")
 _MODE_FLAGS = {"trace": "--trace", "closed-form": "--closed-form", "economics": "--economics",
                "sessions": "--sessions"}  # fmt: skip
 
@@ -220,6 +222,20 @@ def _print_sessions(doc: dict) -> None:
     default="pool",
     show_default=True,
     help="Reference order: pool (closed loop of --pool slots), trace, or run:DIR (a recorded run).",
+)
+@click.option(
+    "--gap-scale",
+    type=click.FloatRange(0, MAX_GAP_SCALE),
+    default=1.0,
+    show_default=True,
+    help="Pool order: the run's --gap-scale (when calls are sent decides their order).",
+)
+@click.option(
+    "--timing",
+    type=click.Choice(TIMINGS),
+    default="think",
+    show_default=True,
+    help="Pool order: the run's --timing.",
 )
 @click.option("--no-pays", is_flag=True, help="Skip the search for where offload starts paying.")
 @click.option("--queue", is_flag=True, help="Pool order: calls queue in the engine (model.md).")
@@ -389,6 +405,8 @@ def _trace_mode(o: dict, tiers: list[float]) -> None:
         service=service,
         queue=o["queue"],
         ranges=o["ranges"],
+        gap_scale=o["gap_scale"],
+        timing=o["timing"],
     )
     if doc["order"] == "given":
         doc["order"] = o["order"]

@@ -24,6 +24,7 @@ import itertools
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TypedDict
 
 import numpy as np
 
@@ -35,6 +36,7 @@ from replay.trace.schedule import ClosedLoop, Ready, arrivals, check_pool, is_op
 __all__ = [
     "ORDERS",
     "EngineQueue",
+    "Pacing",
     "Schedule",
     "ServiceModel",
     "StepRoofline",
@@ -198,12 +200,20 @@ class _Server:
         return out
 
 
+class Pacing(TypedDict):
+    """When a closed loop sends its calls: the run's `gap_scale` and `timing` (`RunOptions`)."""
+
+    gap_scale: float
+    timing: str
+
+
 def closed_loop_schedule(
     trace: Trace,
     pool: int,
     *,
     service: ServiceModel | None = None,
     gap_scale: float = 1.0,
+    timing: str = "think",
     jitter: float = 0.0,
     rng: np.random.Generator | None = None,
     queue: EngineQueue | None = None,
@@ -211,7 +221,8 @@ def closed_loop_schedule(
     """Times of a closed-loop replay of `trace` with `pool` slots, in virtual time.
 
     The rules are the driver's (`replay.trace.schedule.ClosedLoop`); this plays them against
-    `_Server`. Events at equal times keep the order in which they arose.
+    `_Server`. Events at equal times keep the order in which they arose. `gap_scale` and `timing`
+    are the run's (`RunOptions`): they decide when each call is sent, so the order of references.
     Open-loop traces (every call has `at_s`) ignore the pool: calls arrive at their `at_s`.
     `jitter` > 0 (with `rng`) stretches each call's service time by 1 + jitter * U(-1, 1), drawn
     per call in admission order: a server whose step times vary as the simulator's `--jitter` does.
@@ -227,7 +238,7 @@ def closed_loop_schedule(
     service = service or ServiceModel()
     if is_open_loop(trace):
         return _open_loop_schedule(trace, service, gap_scale)
-    rules = ClosedLoop(trace, pool, gap_scale=gap_scale)
+    rules = ClosedLoop(trace, pool, gap_scale=gap_scale, timing=timing)
     server = _Server(trace, service, queue, jitter, rng)
     heap: list[tuple[float, int, Ready | Call]] = []  # (time, sequence, ready call | ending call)
     seq = itertools.count()

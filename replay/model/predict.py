@@ -27,6 +27,7 @@ from replay.errors import ConfigError
 from replay.model.closed_form import pressure_ratio, working_set_bytes
 from replay.model.order import (
     ORDERS,
+    Pacing,
     Schedule,
     ServiceModel,
     closed_loop_schedule,
@@ -61,15 +62,20 @@ def resolve_schedule(
     order: str | Sequence[CallRef] | Schedule,
     pool: int,
     service: ServiceModel | None = None,
+    gap_scale: float = 1.0,
+    timing: str = "think",
 ) -> Schedule:
-    """A Schedule for an order name (`trace`, `pool`), call refs (one after another) or a Schedule."""
+    """A Schedule for an order name (`trace`, `pool`), call refs (one after another) or a Schedule;
+    the pool's closed loop paces its gaps as a run with `gap_scale` and `timing` would."""
     if isinstance(order, Schedule):
         return order
     if isinstance(order, str):
         if order == "trace":
             return trace_schedule(trace)
         if order == "pool":
-            return closed_loop_schedule(trace, pool, service=service)
+            return closed_loop_schedule(
+                trace, pool, service=service, gap_scale=gap_scale, timing=timing
+            )
         hint = " (resolve run:DIR at the edge: replay.model.run_order.read_run_schedule)"
         raise ConfigError(
             "predict",
@@ -94,6 +100,8 @@ def predict_tiers(
     service: ServiceModel | None = None,
     ranges: bool = False,
     queue: bool = False,
+    gap_scale: float = 1.0,
+    timing: str = "think",
 ) -> dict:
     """Predicted counters per host tier, plus the closed form, as one JSON-ready dict.
 
@@ -108,6 +116,8 @@ def predict_tiers(
     compute and look up when admitted (`replay.model.service.EngineQueue`), one schedule per tier.
     `ranges=True` (order "pool" with a roofline `service`) adds `<quantity>_low` / `_high` to every
     tier row and a `range` entry saying how they were derived (`replay.model.ranges`).
+    `gap_scale` and `timing` (order "pool"): the run's, which decide when its calls are sent (a
+    sweep whose runs shrink the recorded gaps was predicted at the recorded ones).
     """
     if bytes_per_token <= 0:
         raise ConfigError("predict", "bytes_per_token", f"must be positive, got {bytes_per_token}")
@@ -118,13 +128,14 @@ def predict_tiers(
     capacities = [host_capacity_chunks(t, chunk_tokens, bytes_per_token) for t in tiers_gib]
     order_name = order if isinstance(order, str) else "given"
     closed_loop = isinstance(order, str) and order == "pool"
-    schedule = resolve_schedule(trace, order, pool, service)
+    pacing = Pacing(gap_scale=gap_scale, timing=timing)
+    schedule = resolve_schedule(trace, order, pool, service, **pacing)
     keyed = key_trace(trace, chunk_tokens, block_tokens if device_tokens > 0 else None)
     model = TierModel(keyed, schedule, device_tokens // block_tokens if device_tokens else 0)
     queued = None
     if queue and closed_loop:
         svc = service or ServiceModel()
-        queued = QueuedModels(keyed, trace, pool, svc, device_tokens, model)
+        queued = QueuedModels(keyed, trace, pool, svc, device_tokens, model, pacing)
     points = [queued.at(cap) if queued else model for cap in capacities]
     mean_prompt = model.prompt_tokens / model.calls if model.calls else 0.0
     ws = working_set_bytes(pool, mean_prompt, bytes_per_token)
@@ -137,7 +148,7 @@ def predict_tiers(
     range_doc = None
     if ranges:
         range_doc = _ranges(
-            tiers, capacities, points, keyed, trace, closed_loop, pool, service, queued
+            tiers, capacities, points, keyed, trace, closed_loop, pool, service, queued, pacing
         )
     pays = model.pays_from_chunks() if offload_pays else None
     chunk_bytes = chunk_tokens * bytes_per_token
@@ -146,6 +157,8 @@ def predict_tiers(
         "order": order_name,
         "engine_queue": queued is not None,
         "pool": pool,
+        "gap_scale": gap_scale,
+        "timing": timing,
         "calls": model.calls,
         "prompt_tokens": model.prompt_tokens,
         "mean_prompt_tokens": mean_prompt,
@@ -175,6 +188,7 @@ def _ranges(
     pool: int,
     service: ServiceModel | None,
     queued: QueuedModels | None,
+    pacing: Pacing,
 ) -> dict:
     """Low/high per tier from the bounding schedules (`replay.model.ranges`), or why not."""
     if not closed_loop:
@@ -188,7 +202,8 @@ def _ranges(
     else:
         blocks = points[0].device_blocks if points else 0
         others = [
-            TierModel(keyed, s, blocks) for s in service_bounds(trace, pool, service).values()
+            TierModel(keyed, s, blocks)
+            for s in service_bounds(trace, pool, service, **pacing).values()
         ]
         bounds = [others] * len(capacities)
     add_ranges(tiers, capacities, points, bounds)

@@ -35,7 +35,7 @@ import numpy as np
 
 from replay.counters import COMPUTED_PREFILL_TOKENS
 from replay.errors import ConfigError
-from replay.model.order import EngineQueue, Schedule, ServiceModel, closed_loop_schedule
+from replay.model.order import EngineQueue, Pacing, Schedule, ServiceModel, closed_loop_schedule
 from replay.model.streams import KeyedTrace
 from replay.model.tier_model import TierModel
 from replay.trace.model import CallRef, Trace
@@ -79,6 +79,8 @@ def service_bounds(
     jitter: float = RANGE_JITTER,
     seeds: int = RANGE_SEEDS,
     queue: EngineQueue | None = None,
+    gap_scale: float = 1.0,
+    timing: str = "think",
 ) -> dict[str, Schedule]:
     """The closed loop under the fast (batch 1) and slow (batch = pool) service models, and under
     the point's service model with `seeds` seeded draws of +-`jitter` per-call service noise."""
@@ -86,12 +88,13 @@ def service_bounds(
         raise ConfigError(
             "predict", "service", "ranges need a roofline service model (ServiceModel.from_presets)"
         )
+    pace = Pacing(gap_scale=gap_scale, timing=timing)
     out = {
         "fast": closed_loop_schedule(
-            trace, pool, service=service.with_decode_batch(1), queue=queue
+            trace, pool, service=service.with_decode_batch(1), queue=queue, **pace
         ),
         "slow": closed_loop_schedule(
-            trace, pool, service=service.with_decode_batch(pool), queue=queue
+            trace, pool, service=service.with_decode_batch(pool), queue=queue, **pace
         ),
     }
     for seed in range(seeds if jitter > 0 else 0):
@@ -102,6 +105,7 @@ def service_bounds(
             jitter=jitter,
             rng=np.random.default_rng(seed),
             queue=queue,
+            **pace,
         )
     return out
 
@@ -123,8 +127,10 @@ class QueuedModels:
         service: ServiceModel,
         device_tokens: int,
         base: TierModel,
+        pacing: Pacing | None = None,
     ):
         self.keyed, self.trace, self.pool, self.service = keyed, trace, pool, service
+        self.pacing = pacing or Pacing(gap_scale=1.0, timing="think")
         self.device_tokens = device_tokens
         self.base = base
         self._models: dict[tuple[str, bytes], TierModel] = {}
@@ -136,7 +142,7 @@ class QueuedModels:
         if got is None:
             queue = EngineQueue(self.device_tokens, work)
             schedule = closed_loop_schedule(
-                self.trace, self.pool, service=service, queue=queue, **kw
+                self.trace, self.pool, service=service, queue=queue, **self.pacing, **kw
             )
             got = self._models[key] = TierModel(self.keyed, schedule, self.base.device_blocks)
         return got

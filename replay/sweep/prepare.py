@@ -108,6 +108,9 @@ def prediction_inputs(exp: Experiment, point: Point) -> dict[str, Any]:
         "chunk_tokens": int(pick("chunk_tokens", 256)),
         "block_tokens": int(pick("block_tokens", 16)),
         "pool": int(run["pool"]),
+        # when the runs send their calls: the pool order's interleaving depends on it
+        "gap_scale": float(run.get("gap_scale", 1.0)),
+        "timing": str(run.get("timing", "think")),
         "hardware": pick("hardware"),
         "host_tier_gib": float(options.get(TIER_KEY, 0) or 0),
     }
@@ -160,6 +163,8 @@ def _predict_group(
         # the engine's queue and low/high ranges from the service bounds (docs/model.md)
         queue=exp.predict.order == "pool",
         ranges=exp.predict.order == "pool",
+        gap_scale=inputs["gap_scale"],
+        timing=inputs["timing"],
     )
     out = {"inputs": dict(inputs, bytes_per_token=bytes_per_token), "prediction": prediction}
     if memo is not None:
