@@ -102,3 +102,22 @@ def test_compare_says_what_it_left_out_and_why_a_side_is_empty(tmp_path):
     cp = _replay("compare", str(a), str(a), "--csv", str(tmp_path / "no" / "dir" / "c.csv"))
     assert cp.returncode == 2 and "compare: --csv: cannot write" in cp.stderr
     assert cp.stdout == ""
+
+
+def test_intervals_leave_out_repeats_that_ended_with_errors(tmp_path):
+    """As the report does: an `errors` repeat is not in the mean, and the output says so."""
+    from replay.cli.run_repeats import interval_lines
+
+    table = pd.DataFrame(
+        {"status": ["ok", "errors", "ok"], "makespan_s": [10.0, 500.0, 12.0], "repeat": [0, 1, 2]}
+    )
+    table.to_parquet(tmp_path / "summary.parquet")
+    lines = interval_lines(tmp_path, ("makespan_s",))
+    (row,) = [x for x in lines if x.startswith("makespan_s")]
+    assert row.split()[1] == "11" and row.split()[-1] == "2"
+    assert lines[-1] == "1 of 3 repeats did not end ok and are left out (report.md)"
+    table.assign(status="errors").to_parquet(tmp_path / "summary.parquet")
+    assert interval_lines(tmp_path, ("makespan_s",)) == [
+        "no repeat ended ok: no intervals (3 of 3 repeats did not end ok and are left out "
+        "(report.md))"
+    ]

@@ -164,7 +164,7 @@ if TYPE_CHECKING:
     type=int,
     default=None,
     help="run the point N times as a one-point sweep into --out (<out>/default/r<i>/, "
-    "summary.parquet, 95%% intervals, report.md); resumes like a sweep",
+    "summary.parquet, 95% intervals, report.md); resumes like a sweep",
 )
 @click.option(
     "--quiet",
@@ -353,6 +353,12 @@ def _run_repeated(
     kind_table = None
     if url is None:
         engine = {"kind": "sim", **{k: v for k, v in simopts.items() if v is not None}}
+        if repeats > 1 and not engine.get("jitter"):
+            click.echo(
+                "replay: note: the simulator is deterministic without --jitter: the repeats "
+                "will be identical and their intervals zero wide",
+                err=True,
+            )
     else:
         engine = {"kind": "external", "url": url, "model": served_model}
         if adapter.name != "external":

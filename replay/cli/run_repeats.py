@@ -114,13 +114,18 @@ def run_repeats(
 
 
 def interval_lines(exp_dir: Path, metrics: tuple[str, ...] = HEADLINE_METRICS) -> list[str]:
-    """Mean, 95% t-interval and n per headline metric over the ok repeats (summary.parquet)."""
+    """Mean, 95% t-interval and n per headline metric over the ok repeats (summary.parquet), as
+    the report counts them: a repeat that ended with errors is left out, and said to be."""
     import pandas as pd
 
     from replay.analysis.aggregate import describe
 
     table = pd.read_parquet(exp_dir / "summary.parquet")
-    ok = table[table["status"].isin(("ok", "errors"))]
+    ok = table[table["status"] == "ok"]
+    left_out = len(table) - len(ok)
+    note = f"{left_out} of {len(table)} repeats did not end ok and are left out (report.md)"
+    if ok.empty:
+        return [f"no repeat ended ok: no intervals ({note})"]
     lines = [f"{'metric':<26}{'mean':>14}{'95% interval':>30}{'n':>4}"]
     for m in metrics:
         if m not in ok.columns:
@@ -130,4 +135,6 @@ def interval_lines(exp_dir: Path, metrics: tuple[str, ...] = HEADLINE_METRICS) -
             continue
         ci = "-" if math.isnan(st.ci_low) else f"[{st.ci_low:.6g}, {st.ci_high:.6g}]"
         lines.append(f"{m:<26}{st.mean:>14.6g}{ci:>30}{st.n:>4}")
+    if left_out:
+        lines.append(note)
     return lines
