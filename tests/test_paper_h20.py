@@ -125,3 +125,14 @@ def test_paper_page_and_report_cli(results_root, tmp_path):
     page = out.read_text()
     assert page.startswith("# The EfficientAgent study")
     assert "Does not reproduce" in page or "Reproduces" in page
+    # again into the same file: only paper-h20 ran here, so the page would score the others
+    # "not run" over a page that may have them; it is refused and the page is left as it was
+    proc = subprocess.run(
+        [
+            sys.executable, "-m", "replay.cli.main", "report", str(results_root / "paper-h20"),
+            "--no-figures", "--paper", "--paper-out", str(out),
+        ],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 2 and "paper-pool8" in proc.stderr, proc.stderr
+    assert "replace" in proc.stderr and out.read_text() == page

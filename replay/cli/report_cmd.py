@@ -52,8 +52,19 @@ def command(
     if paper:
         from pathlib import Path
 
-        from replay.studies.efficientagent.page import write_paper
+        from replay.errors import ConfigError
+        from replay.studies.efficientagent.page import missing_experiments, write_paper
 
         # The paper-* experiments live side by side under one results root.
-        path = write_paper(Path(results_dir).resolve().parent, paper_out)
+        root = Path(results_dir).resolve().parent
+        missing = missing_experiments(root)
+        if missing and Path(paper_out).exists():
+            raise ConfigError(
+                "report",
+                "--paper",
+                f"no results under {root} for {', '.join(missing)}: the page would score them "
+                f"'not run' and replace {paper_out}; run them first, or give --paper-out NEW_FILE "
+                "for a partial page",
+            )
+        path = write_paper(root, paper_out)
         click.echo(f"written: {path}")

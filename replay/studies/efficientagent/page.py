@@ -89,6 +89,14 @@ def _load(root: Path, name: str, tier_scale: float = 1.0) -> PaperRun | None:
     return run if len(run.ok) else None
 
 
+def missing_experiments(results_root: str | Path) -> list[str]:
+    """The paper-* experiments with no summary under `results_root` (the page scores them as not
+    run)."""
+    root = Path(results_root)
+    names = (*PAPER_EXPERIMENTS, "paper-extensions")
+    return [n for n in names if not (root / n / "summary.parquet").is_file()]
+
+
 def load_paper_runs(
     results_root: str | Path, tier_scale: float = 1.0
 ) -> dict[str, PaperRun | None]:
