@@ -121,3 +121,23 @@ def test_external_server_hooks(tmp_path):
     with pytest.raises(ConfigError) as e:
         load_experiment(p)
     assert e.value.field == "engine.external.kind" and "pigeon" in e.value.why
+
+
+def test_simulated_llamacpp_is_predicted_by_the_model_it_runs(tmp_path):
+    """The llama.cpp personality (whole prompts in slots and RAM) gets the whole-prompt model's
+    prediction, with its slots and the points' RAM sizes; the block personalities keep the tier
+    model. Before, every personality got the block model (errors up to +3,563%)."""
+    docs = {}
+    for name, extra in (("ref", ""), ("lcpp", 'personality = "llamacpp"\nmax_num_seqs = 2')):
+        exp = load_experiment(write(tmp_path, "sim", extra))
+        docs[name] = write_predictions(load_trace(exp), exp, tmp_path / name, force=False)
+    (ref,), (lcpp,) = docs["ref"]["groups"], docs["lcpp"]["groups"]
+    assert ref["prediction"]["model"] == "lru-stack-depth"
+    pred = lcpp["prediction"]
+    assert pred["model"] == "llamacpp-wholeprompt" and pred["slots"] == 2
+    assert [t["cache_ram_mib"] for t in pred["tiers"]] == [0, 1024]  # host_tier_gib 0 and 1
+    # the state it stores: the preset's KV bytes a token plus llama.cpp's 12 bytes of cell data
+    from replay.model.presets import get_model
+
+    kv = get_model("qwen3-coder-30b-a3b").bytes_per_token(8)
+    assert pred["bytes_per_token"] == kv + 12

@@ -95,7 +95,8 @@ class EngineAdapter:
     - `personality(options)`: the adapter whose metrics, reset path and request fields apply
       (an external server speaks for whichever engine it is).
     - `predict(trace, resolved)`: this engine's own working-set prediction for points that differ
-      only in the host tier (`resolved`: (engine, options, run) per point); None: the tier model.
+      only in the host tier (`resolved`: (engine, options, run) per point); None (as the hook or
+      as what it returns for these options): the tier model.
     - `resources(options)`: what one run asks a cluster scheduler for (`{"GPU": tp}` for a GPU
       engine); None: one CPU, for engines that compute on the host (the simulator, llama.cpp).
     """
@@ -118,7 +119,7 @@ class EngineAdapter:
     server_url: Callable[[Mapping[str, Any]], str] | None = None
     personality: Callable[[Mapping[str, Any]], EngineAdapter] | None = None
     predict: (
-        Callable[[Any, list[tuple[str, Mapping[str, Any], Mapping[str, Any]]]], dict] | None
+        Callable[[Any, list[tuple[str, Mapping[str, Any], Mapping[str, Any]]]], dict | None] | None
     ) = None
     resources: Callable[[Mapping[str, Any]], dict[str, float]] | None = None
 

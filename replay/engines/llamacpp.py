@@ -52,6 +52,7 @@ __all__ = [
     "STATE_OVERHEAD_BYTES",
     "SERVICE_SPEED_BAND",
     "predict_points",
+    "wholeprompt_prediction",
 ]
 
 LLAMACPP_OPTIONS = LAUNCH_OPTIONS | {
@@ -234,6 +235,37 @@ def predict_points(
     {"inputs": ..., "skipped": why} when the model's bytes per token are unknown (a GGUF other than
     the tiny one needs `state_bytes_per_token`).
     """
+    _, options, run = resolved[0]
+    slots = _int_option(options, "slots", _DEFAULTS["slots"], _MINIMA["slots"])
+    ctx_tokens = _int_option(options, "ctx_tokens", _DEFAULTS["ctx_tokens"], _MINIMA["ctx_tokens"])
+    bpt = _state_bytes_per_token(options)
+    if bpt is None:
+        gap_scale = float(run.get("gap_scale", 1.0))
+        inputs = {
+            "pool": int(run["pool"]),
+            "slots": slots,
+            "gap_scale": gap_scale,
+            "bytes_per_token": bpt,
+        }
+        return {"inputs": inputs, "skipped": "set engine.state_bytes_per_token for this GGUF"}
+    mibs = sorted({cache_ram_mib(o) for _, o, _ in resolved})
+    return wholeprompt_prediction(
+        trace, run, slots=slots, ctx_tokens=ctx_tokens, state_bytes_per_token=bpt, mibs=mibs
+    )
+
+
+def wholeprompt_prediction(
+    trace: Any,
+    run: Mapping[str, Any],
+    *,
+    slots: int,
+    ctx_tokens: int,
+    state_bytes_per_token: float,
+    mibs: list[int],
+) -> dict:
+    """The whole-prompt model's `predict_points` document for `slots` server slots and these
+    `--cache-ram` sizes, the closed loop paced by the `run` options (also the simulator's
+    llama.cpp personality's prediction: `replay.engines.sim_engines`)."""
     from replay.model.wholeprompt_loop import (
         CpuService,
         halfway_mib,
@@ -241,17 +273,11 @@ def predict_points(
         saturation_mib,
     )
 
-    _, options, run = resolved[0]
     pool = int(run["pool"])
     gap_scale = float(run.get("gap_scale", 1.0))
     truncate = run.get("truncate_prompt_tokens")
-    slots = _int_option(options, "slots", _DEFAULTS["slots"], _MINIMA["slots"])
-    ctx_tokens = _int_option(options, "ctx_tokens", _DEFAULTS["ctx_tokens"], _MINIMA["ctx_tokens"])
-    bpt = _state_bytes_per_token(options)
+    bpt = state_bytes_per_token
     inputs = {"pool": pool, "slots": slots, "gap_scale": gap_scale, "bytes_per_token": bpt}
-    if bpt is None:
-        return {"inputs": inputs, "skipped": "set engine.state_bytes_per_token for this GGUF"}
-    mibs = sorted({cache_ram_mib(o) for _, o, _ in resolved})
     common: dict[str, Any] = dict(
         pool=pool,
         slots=slots,

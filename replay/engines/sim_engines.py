@@ -84,6 +84,36 @@ def map_counters(samples: Samples) -> dict[str, float | None]:
     return {k: int(v) if isinstance(v, float) and v.is_integer() else v for k, v in out.items()}
 
 
+def predict_personality(
+    trace: Any, resolved: list[tuple[str, Mapping[str, Any], Mapping[str, Any]]]
+) -> dict | None:
+    """The llama.cpp personality's own prediction: the whole-prompt model the personality runs
+    (`replay.sim.personality`), with its slots, its state bytes a token and the points' RAM
+    tiers. Other personalities: None (the sweep's block tier model)."""
+    import dataclasses
+
+    names = {f.name for f in dataclasses.fields(SimConfig)}
+
+    def config(options: Mapping[str, Any]) -> SimConfig:
+        return SimConfig(**{k: v for k, v in options.items() if k in names and v is not None})
+
+    _, options, run = resolved[0]
+    cfg = config(options)
+    if cfg.personality != "llamacpp":
+        return None
+    from replay.engines.llamacpp import wholeprompt_prediction
+    from replay.sim.personality import STATE_META_BYTES_PER_TOKEN, cache_ram_mib
+
+    return wholeprompt_prediction(
+        trace,
+        run,
+        slots=cfg.max_num_seqs,
+        ctx_tokens=0,  # the personality's RAM tier has no context cap (SlotPersonality)
+        state_bytes_per_token=float(cfg.bytes_per_token + STATE_META_BYTES_PER_TOKEN),
+        mibs=sorted({cache_ram_mib(config(o)) for _, o, _ in resolved}),
+    )
+
+
 def sim_extras(max_tokens: int, forced_output_ids: list[int] | None) -> dict[str, Any]:
     """OpenAI length forcing plus the simulator's own field carrying the recorded output ids, so the
     KV it caches for the output is the KV the next recorded prompt reuses; and the output's ids
@@ -107,6 +137,7 @@ SIM = EngineAdapter(
     # in process: no server command line or environment to pass anything else to
     option_names=SIM_OPTIONS,
     options_type=SimConfig,
+    predict=predict_personality,
 )
 
 SIM_SERVER = EngineAdapter(
@@ -119,4 +150,5 @@ SIM_SERVER = EngineAdapter(
     description="reference simulator behind its OpenAI-compatible HTTP server (subprocess)",
     option_names=SIM_OPTIONS | LAUNCH_OPTIONS,
     options_type=SimConfig,
+    predict=predict_personality,
 )

@@ -134,7 +134,9 @@ def _predict_group(
 
     own_model = get_engine(exp.resolve(points[0])[0]).predict
     if own_model is not None:
-        return own_model(trace, [exp.resolve(p) for p in points])
+        own = own_model(trace, [exp.resolve(p) for p in points])
+        if own is not None:  # None: this configuration is the tier model's
+            return own
     inputs = prediction_inputs(exp, points[0])
     if inputs["model"] is None or inputs["device_kv_gib"] is None:
         return {"inputs": inputs, "skipped": "set predict.model and predict.device_kv_gib"}
