@@ -26,7 +26,20 @@ def test_forcing_processor_follows_the_model_runner():
     assert processor({"vllm_version": "0.32.0"}) == PROCESSOR_FQCN
     assert processor({"vllm_version": "0.33.0rc1"}) == PROCESSOR_V2_FQCN
     assert processor({"env": {"VLLM_USE_V2_MODEL_RUNNER": "0"}}) == PROCESSOR_FQCN  # fallback
+    assert processor({"env": {"VLLM_USE_V2_MODEL_RUNNER": "1"}, "vllm_version": "0.32.0"}) == (
+        PROCESSOR_V2_FQCN
+    )
+    # the CPU build has no Triton: 0.33 falls back to V1 there (config/vllm.py)
+    assert processor({"device": "cpu"}) == PROCESSOR_FQCN
     assert vllm.version_tuple("0.32.0+cpu") == (0, 32, 0)
+
+
+def test_the_runner_switch_is_an_integer_as_vllm_reads_it():
+    """vLLM 0.33's envs.py reads VLLM_USE_V2_MODEL_RUNNER with bool(int(value)): "false" stops
+    the server at start-up, so the experiment is refused before it launches anything."""
+    with pytest.raises(ConfigError) as e:
+        processor({"env": {"VLLM_USE_V2_MODEL_RUNNER": "false"}})
+    assert e.value.field == "engine.env.VLLM_USE_V2_MODEL_RUNNER" and "integer" in e.value.why
 
 
 def test_vllm_offloading_size_is_the_total_over_ranks_and_verified_so():
@@ -119,3 +132,24 @@ def test_reset_answering_success_false_is_a_failed_reset():
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_sglang_total_series_counts_as_device_hits():
+    """0.5.23 counts a request without a cache split under cache_source="total"
+    (metrics_collector.py); read as nothing, its cached tokens vanished from device hits while
+    the computed prefill (prompt - all cached) still subtracted them."""
+    sg = {
+        "sglang:prompt_tokens_total": {(): 1000.0},
+        "sglang:cached_tokens_total": {
+            (("cache_source", "device"),): 300.0,
+            (("cache_source", "host"),): 200.0,
+            (("cache_source", "total"),): 50.0,
+        },
+    }
+    got = sglang.map_counters(sg)
+    assert (got["device_hit_tokens"], got["host_restore_tokens"]) == (350.0, 200.0)
+    assert got["computed_prefill_tokens"] == 450.0
+    # only a split-less total (every request without details): all device hits, no restores
+    only_total = {**sg, "sglang:cached_tokens_total": {(("cache_source", "total"),): 80.0}}
+    got = sglang.map_counters(only_total)
+    assert (got["device_hit_tokens"], got["host_restore_tokens"]) == (80.0, None)

@@ -43,8 +43,10 @@ class LaunchSpec:
 def openai_extras(max_tokens: int, forced_output_ids: list[int] | None) -> dict[str, Any]:
     """Extra body fields that make an OpenAI-compatible server produce exactly `max_tokens` tokens.
 
-    vLLM, SGLang, llama.cpp and the simulator all accept `min_tokens` and `ignore_eos` on
-    /v1/completions; together with `max_tokens` they pin the output length.
+    vLLM, SGLang and the simulator accept `min_tokens` and `ignore_eos` on /v1/completions;
+    together with `max_tokens` they pin the output length. llama.cpp has no `min_tokens` (its
+    `tools/server/server-schema.cpp` at llama_cpp_python 0.3.36 takes `n_predict`/`max_tokens`
+    and `ignore_eos`, and ignores unknown fields), so its adapter sends its own fields.
     """
     return {"max_tokens": max_tokens, "min_tokens": max_tokens, "ignore_eos": True}
 

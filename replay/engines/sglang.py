@@ -52,8 +52,9 @@ __all__ = [
 
 # The release the contract tests check this adapter against (make test-contracts).
 PINNED_VERSION = "0.5.23"
-# Read only as fallbacks for releases older than PINNED_VERSION.
-LEGACY_METRICS = frozenset({"sglang:num_retracted_reqs_total"})
+# Read only as fallbacks for releases older than PINNED_VERSION (none: every name read is the
+# pinned release's, sglang/srt/observability/metrics_collector.py).
+LEGACY_METRICS: frozenset[str] = frozenset()
 
 # The request's `custom_logit_processor`: the same string for every call, so SGLang's batch merges
 # all forced rows under one processor instance.
@@ -148,9 +149,12 @@ def launch(options: Mapping[str, Any], host: str, port: int) -> LaunchSpec:
 def map_counters(samples: Samples) -> dict[str, float | None]:
     """SGLang metrics -> canonical counters.
 
-    Device hits and host restores come from `cached_tokens_total{cache_source=device|host}`;
-    older releases without the label only give the total, so device hits fall back to it when no
-    host tier is reported, and host restores to `load_back_tokens_total`. Computed prefill is
+    Device hits and host restores come from `cached_tokens_total{cache_source=device|host}`
+    (0.5.23, `metrics_collector.py`); a request whose split is missing is counted there under
+    `cache_source="total"`, read here as device hits (its source is unknown; the tier that
+    always answers). A family with no `cache_source` label at all (not the pinned release's
+    shape) gives its total as device hits when no host restores are reported, and host restores
+    come from `load_back_tokens_total{pool="kv"}` when the label gives none. Computed prefill is
     prompt - cached (all sources), which is what SGLang's scheduler computes. Every TP rank
     reports the same count under its own `tp_rank`, so one rank is read, not the sum.
     """
@@ -158,14 +162,14 @@ def map_counters(samples: Samples) -> dict[str, float | None]:
     cached = "sglang:cached_tokens_total"
     prompt = sample_sum(samples, "sglang:prompt_tokens_total")
     labelled = any("cache_source" in dict(k) for k in samples.get(cached, {}))
-    device = sample_sum(samples, cached, cache_source="device") if labelled else None
-    host = sample_sum(samples, cached, cache_source="host") if labelled else None
-    if labelled:
-        device = device or 0.0  # a labelled family without a device series means none yet
+    device = host = None
+    if labelled:  # a labelled family without a device series means none yet
+        device = (sample_sum(samples, cached, cache_source="device") or 0.0) + (
+            sample_sum(samples, cached, cache_source="total") or 0.0
+        )
+        host = sample_sum(samples, cached, cache_source="host")
     host_restore = first_present(
-        host,
-        sample_sum(samples, "sglang:load_back_tokens_total", pool="kv"),
-        sample_sum(samples, "sglang:load_back_tokens_total"),
+        host, sample_sum(samples, "sglang:load_back_tokens_total", pool="kv")
     )
     if device is None and host_restore is None:
         device = sample_sum(samples, cached)
@@ -175,17 +179,11 @@ def map_counters(samples: Samples) -> dict[str, float | None]:
         "device_hit_tokens": device,
         "host_restore_tokens": host_restore,
         COMPUTED_PREFILL_TOKENS: difference(prompt, sample_sum(samples, cached)),
-        "host_write_tokens": first_present(
-            sample_sum(samples, "sglang:hicache_backup_tokens_total", pool="kv"),
-            sample_sum(samples, "sglang:hicache_backup_tokens_total"),
-        ),
+        "host_write_tokens": sample_sum(samples, "sglang:hicache_backup_tokens_total", pool="kv"),
         "host_evicted_tokens": None,
-        # Retractions are SGLang's preemptions; the counter's name differs between releases
-        # (`sglang:num_retracted_reqs` itself is a gauge of the current step, not a count).
-        "preemptions": first_present(
-            sample_sum(samples, "sglang:num_retracted_requests_total"),
-            sample_sum(samples, "sglang:num_retracted_reqs_total"),
-        ),
+        # Retractions are SGLang's preemptions (`sglang:num_retracted_reqs` is a gauge of the
+        # current step; the counter says `requests` so as not to clash with it)
+        "preemptions": sample_sum(samples, "sglang:num_retracted_requests_total"),
     }
 
 

@@ -149,14 +149,24 @@ def version_tuple(version: str) -> tuple[int, ...]:
 
 
 def uses_v2_runner(options: Mapping[str, Any]) -> bool:
-    """Whether the server will run Model Runner V2: the default on CUDA from 0.33, unless the
-    experiment's env sets VLLM_USE_V2_MODEL_RUNNER=0 (vLLM's own switch, the documented fallback)."""
+    """Whether the server will run Model Runner V2, as vLLM 0.33.0 decides it
+    (vllm/config/vllm.py, `VllmConfig.use_v2_model_runner`): the experiment's env switch
+    VLLM_USE_V2_MODEL_RUNNER first, which vLLM reads as an integer (vllm/envs.py,
+    `maybe_convert_bool`: bool(int(value)), so "true" stops the server); else V1 where Triton is
+    missing (the CPU build); else V2 from 0.33 on."""
     env = options.get("env") or {}
-    switch = str(env.get("VLLM_USE_V2_MODEL_RUNNER", "")).strip().lower()
-    if switch in ("0", "false"):
+    switch = str(env.get("VLLM_USE_V2_MODEL_RUNNER", "")).strip()
+    if switch:
+        try:
+            return bool(int(switch))
+        except ValueError:
+            raise ConfigError(
+                "engine vllm",
+                "engine.env.VLLM_USE_V2_MODEL_RUNNER",
+                f"{switch!r}: vLLM reads an integer (0 or 1) and fails to start on anything else",
+            ) from None
+    if device(options) == "cpu":
         return False
-    if switch in ("1", "true"):
-        return True
     return version_tuple(options.get("vllm_version") or PINNED_VERSION) >= V2_RUNNER_DEFAULT_FROM
 
 

@@ -14,10 +14,11 @@ Load it in the server (API server and engine core both import it):
 Interface, as in vLLM 0.32 (`vllm.v1.sample.logits_processor`): `__init__(vllm_config, device,
 is_pin_memory)`, `validate_params(sampling_params)` (class method, run in the API server: a
 ValueError becomes HTTP 400), `is_argmax_invariant()`, `update_state(batch_update)` fed through
-`process_dict_updates` with the request's `params.extra_args`, `apply(logits)`. Later vLLM sources
-keep these names (`interface.py` holds the base class, `builtin.py` holds `process_dict_updates`) and
-add `needs_output_token_ids()`, which asks the async scheduler to keep each request's output list
-current; it is defined here too. See docs/vllm-cpu.md.
+`process_dict_updates` with the request's `params.extra_args`, `apply(logits)`. vLLM 0.33.0 keeps
+these names (`interface.py` holds the base class, `builtin.py` holds `process_dict_updates`), and
+keeps each request's output ids current whenever any custom processor is loaded
+(`vllm/v1/worker/gpu_model_runner.py`: `logitsprocs_need_output_token_ids=bool(custom_logitsprocs)`),
+which forcing by position needs. See docs/vllm-cpu.md.
 
 vLLM is optional here: without it this module still imports (for docs, tests and the main
 environment, where `XARGS_KEY` and the validation live), and `ForcedOutputLogitsProcessor` is then a
@@ -107,10 +108,6 @@ class ForcedOutputLogitsProcessor(_Base):  # type: ignore[misc,valid-type]
 
     def is_argmax_invariant(self) -> bool:
         return False  # it decides the argmax
-
-    def needs_output_token_ids(self) -> bool:
-        # Newer vLLM (async scheduling) keeps output lists current only for processors that ask.
-        return bool(self.rows)
 
     @staticmethod
     def _new_row(

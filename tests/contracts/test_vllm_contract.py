@@ -264,12 +264,39 @@ def test_v1_processor_names_still_exist(vllm_release):
     mine = method_params(Path(vllm_forcing.__file__), "ForcedOutputLogitsProcessor")
     assert abstract_methods(package / "interface.py", "LogitsProcessor") <= set(mine)
     assert mine["__init__"] == base["__init__"]
+    # forcing by position reads each request's output ids: the runner keeps them current for
+    # any custom processor (no per-processor switch in this release's base class)
+    assert set(base) == {"validate_params", "__init__", "apply", "is_argmax_invariant",
+                         "update_state"}  # fmt: skip
+    runner = (vllm_release.root / "vllm/v1/worker/gpu_model_runner.py").read_text()
+    assert "logitsprocs_need_output_token_ids=bool(custom_logitsprocs)" in runner
 
 
 def test_v2_runner_switch_and_reset_route_exist(vllm_release):
     config = (vllm_release.root / "vllm/config/vllm.py").read_text()
     assert "def use_v2_model_runner" in config and "VLLM_USE_V2_MODEL_RUNNER" in config
+    # `uses_v2_runner`: no Triton (the CPU build) falls back to V1, and the env switch is read
+    # as an integer (bool(int(value)): "false" would stop the server)
+    assert "if not HAS_TRITON" in config
+    envs = parse(vllm_release.root / "vllm/envs.py")
+    (convert,) = [
+        n
+        for n in ast.walk(envs)
+        if isinstance(n, ast.FunctionDef) and n.name == "maybe_convert_bool"
+    ]
+    assert "bool(int(value))" in ast.unparse(convert)
+    assert (
+        'maybe_convert_bool(\n        os.getenv("VLLM_USE_V2_MODEL_RUNNER"'
+        in (vllm_release.root / "vllm/envs.py").read_text()
+    )
     router = vllm_release.root / "vllm/entrypoints/serve/dev/cache/api_router.py"
     text = router.read_text()
     assert '"/reset_prefix_cache"' in text and '"success"' in text
+    # the reset path's query parameter (FastAPI ignores an unknown one: a rename would reset only
+    # the local cache) and the dev-mode gate that mounts the route
+    assert "reset_external: bool = Query" in text
+    assert vllm.ADAPTER.reset_path == "/reset_prefix_cache?reset_external=true"
+    routers = vllm_release.root / "vllm/entrypoints/launchers/api_server/routers.py"
+    assert "if envs.VLLM_SERVER_DEV_MODE:" in routers.read_text()
+    assert vllm.launch({"model": "m"}, "h", 1).env.get("VLLM_SERVER_DEV_MODE") == "1"
     assert (vllm_release.root / "vllm/entrypoints/openai/api_server.py").exists()

@@ -41,7 +41,6 @@ def processor_follows_the_batch() -> None:
             moved=[],
         )
     )  # fmt: skip
-    assert proc.needs_output_token_ids() is True
 
     def step(batch: int) -> list[int]:
         logits = torch.randn(batch, vocab)
