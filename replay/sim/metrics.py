@@ -18,7 +18,8 @@ _HELP = {
     "output_tokens": "output tokens generated",
     "device_hit_tokens": "prompt tokens found in the device prefix cache",
     "host_restore_tokens": "prompt tokens restored from the host tier",
-    COMPUTED_PREFILL_TOKENS: "prompt tokens computed (prompt - device hits - host restores)",
+    COMPUTED_PREFILL_TOKENS: "prompt tokens computed (prompt - device hits - host restores, "
+    "plus recompute after a preemption)",
     "host_write_tokens": "tokens written to the host tier",
     "host_evicted_tokens": "tokens evicted from the host tier",
     "preemptions": "requests preempted (recompute)",
