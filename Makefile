@@ -168,19 +168,23 @@ gpu-check: $(STAMP) ## one GPU, <= 10 min: vLLM, vLLM+LMCache, SGLang+HiCache fo
 
 # Two real WEKA Claude Code traces scaled 1/64 for the real-engine tiers and experiments/weka-*.toml,
 # made from ../shared (the traces are not copied into the repository; docs/trace.md, "Scaling").
-WEKA := ../shared/traces/weka
+# Elsewhere: make weka-traces WEKA=DIR (the folder holding trace_0291.json).
+WEKA ?= ../shared/traces/weka
 SCALED := .cache/traces
-.PHONY: weka-traces
+.PHONY: weka-traces weka-found
 
-weka-traces: $(SCALED)/weka-pair-k64.jsonl.gz $(SCALED)/weka-0277-k64.jsonl.gz ## scale two WEKA traces from ../shared 1/64 into .cache/traces
+weka-traces: $(SCALED)/weka-pair-k64.jsonl.gz $(SCALED)/weka-0277-k64.jsonl.gz ## scale two WEKA traces from ../shared (WEKA=DIR) 1/64 into .cache/traces
 
-$(SCALED)/weka-pair-k64.jsonl.gz: $(STAMP)
+weka-found:
+	@test -f $(WEKA)/trace_0291.json || { echo "make: no WEKA traces in $(WEKA): give WEKA=DIR, the folder holding trace_0291.json (docs/trace.md)" >&2; exit 1; }
+
+$(SCALED)/weka-pair-k64.jsonl.gz: $(STAMP) | weka-found
 	mkdir -p $(SCALED)
 	$(BIN)/replay trace import --from weka $(WEKA)/trace_0291.json $(WEKA)/trace_0485.json \
 		-o $(SCALED)/weka-pair.jsonl.gz --vocab-size 8192
 	$(BIN)/replay trace scale $(SCALED)/weka-pair.jsonl.gz --tokens 1/64 -o $@
 
-$(SCALED)/weka-0277-k64.jsonl.gz: $(STAMP)
+$(SCALED)/weka-0277-k64.jsonl.gz: $(STAMP) | weka-found
 	mkdir -p $(SCALED)
 	$(BIN)/replay trace import --from weka $(WEKA)/trace_0277.json \
 		-o $(SCALED)/weka-0277.jsonl.gz --vocab-size 8192

@@ -166,3 +166,19 @@ def test_the_docs_example_loads_as_shown_and_with_its_engine_axis(engines, tmp_p
         {"vllm"} if engines is None else {"vllm", "sglang"}
     )
     assert Path(exp.trace.path).is_file()
+
+
+def test_a_missing_scaled_weka_trace_says_how_it_is_made(tmp_path, monkeypatch):
+    """The real-engine experiments' WEKA traces are built from ../shared, not committed: a fresh
+    clone's doctor said only "no such trace file"."""
+    monkeypatch.chdir(tmp_path)
+    src = Path(__file__).resolve().parents[1] / "experiments" / "weka-vllm-cpu.toml"
+    with pytest.raises(ConfigError) as e:
+        load_experiment(src)
+    assert e.value.field == "trace.path"
+    assert e.value.why.endswith("; `make weka-traces` writes it")
+    other = tmp_path / "x.toml"
+    other.write_text(src.read_text().replace(".cache/traces/weka-pair-k64", "mine"))
+    with pytest.raises(ConfigError) as e:
+        load_experiment(other)
+    assert "make" not in e.value.why  # a trace of the user's own gets no such hint

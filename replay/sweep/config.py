@@ -99,7 +99,13 @@ def _parse_trace(where: str, table: Mapping[str, Any], base: Path) -> TraceSpec:
         if path.is_dir():
             raise ConfigError(where, "trace.path", f"{path} is a directory; name a trace file")
         if not path.is_file():
-            raise ConfigError(where, "trace.path", f"no such trace file: {path}")
+            # the scaled WEKA traces of the real-engine experiments are built, not committed
+            hint = (
+                "; `make weka-traces` writes it"
+                if path.name.startswith("weka-") and (".cache/traces" in path.as_posix())
+                else ""
+            )
+            raise ConfigError(where, "trace.path", f"no such trace file: {path}{hint}")
         return TraceSpec(path=str(path))
     synth = dict(table["synth"])
     check_synth(where, synth)
