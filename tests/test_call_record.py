@@ -159,3 +159,23 @@ def test_pool_rows_stream_to_jsonl_and_parquet_with_plain_values(tmp_path):
     table = pq.read_table(tmp_path / "calls.parquet")
     assert table.schema.equals(CALL_SCHEMA)
     assert sorted(table.column("error_kind").drop_null().to_pylist()) == ["http_5xx", "timeout"]
+
+
+def test_every_key_of_a_simulated_runs_run_json_is_documented(tmp_path):
+    """run.json's top-level keys and every `summary` key of an in-process simulator run (the
+    run with the most keys: the simulator's extras) are named in docs/results.md."""
+    import orjson
+
+    from replay.driver.options import RunOptions
+    from replay.sim.options import SimConfig
+    from replay.trace.synth import synth
+    from tests.sim_helpers import replay_on_sim
+
+    trace = synth("swe-agent", tasks=3, seed=1, scale=0.05, max_calls_per_task=4)
+    cfg = SimConfig(device_kv_gib=0.05, host_tier_gib=0.1, admission="fixed")
+    replay_on_sim(trace, cfg, RunOptions(pool=2, forcing=True), tmp_path)
+    doc = orjson.loads((tmp_path / "run.json").read_bytes())
+    text = " ".join(DOCS.read_text().split())
+    named = set(re.findall(r"`([a-z_0-9]+)`", text))
+    assert set(doc) - named == set()
+    assert set(doc["summary"]) - named == set()
