@@ -59,6 +59,21 @@ def test_compare_two_results_gives_welch_verdicts(trace_file, tmp_path):  # noqa
         assert math.isclose(table.loc[metric, "diff"], want.diff, rel_tol=1e-9, abs_tol=1e-12)
         assert metric in cp.stdout
     assert table.loc["host_write_tokens", "verdict"] == "real"  # a host tier only on B
+    assert "different traces" not in cp.stderr  # one trace: no note
+
+
+def test_compare_notes_sides_that_replayed_different_traces(trace_file, tmp_path):  # noqa: F811
+    from replay.trace.io import write_trace
+    from replay.trace.synth import synth
+
+    other = tmp_path / "other.jsonl.gz"
+    write_trace(synth("claude-code", tasks=4, seed=3, scale=0.01, max_calls_per_task=5), other)
+    a, b = tmp_path / "a", tmp_path / "b"
+    assert _repeated(trace_file, a).returncode == 0
+    assert _repeated(other, b).returncode == 0
+    cp = _replay("compare", str(a), str(b))
+    assert cp.returncode == 0, cp.stderr
+    assert "note: A and B replayed different traces" in cp.stderr
 
 
 def test_compare_asks_for_a_point_when_a_sweep_has_several(tmp_path):
