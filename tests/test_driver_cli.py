@@ -103,16 +103,20 @@ def _main_in_process(argv: list[str], capsys) -> tuple[int, str]:
     return int(e.value.code or 0), capsys.readouterr().err
 
 
-def test_server_gone_exits_nonzero_with_status_failed(tmp_path):
+def test_no_server_at_the_url_is_refused_before_anything_is_written(tmp_path):
+    """Nothing listening: a one-line error naming --url, exit 2, no run directory. Before, the
+    run started, warned that /v1/models gave no model id, and failed with an empty summary.
+    (A server that goes away during the run: tests/test_driver_http.py, `refused`.)"""
     trace = tmp_path / "t.jsonl"
     write_trace(make_trace({"a": [{}, {}]}), trace)
     from tests.servers import free_port
 
+    port = free_port()
     cp = _replay("run", "--trace", str(trace), "--pool", "1", "--out", str(tmp_path / "o"),
-                 "--url", f"http://127.0.0.1:{free_port()}", "--server-gone-grace-s", "0.3")  # fmt: skip
-    assert cp.returncode == 1, cp.stderr
-    run = orjson.loads((tmp_path / "o" / "run.json").read_bytes())
-    assert run["status"] == "failed" and "server gone" in run["reason"]
+                 "--url", f"http://127.0.0.1:{port}", "--server-gone-grace-s", "0.3")  # fmt: skip
+    assert cp.returncode == 2, cp.stderr
+    assert cp.stderr.startswith(f"replay: run: --url: nothing listens at http://127.0.0.1:{port}")
+    assert "model id" not in cp.stderr and not (tmp_path / "o").exists()
 
 
 @pytest.mark.parametrize("every", [1, 2])

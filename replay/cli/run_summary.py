@@ -19,15 +19,19 @@ def print_summary(summary: dict, json_out: bool) -> None:
     def ms(v):
         return "-" if v is None else f"{v * 1e3:.1f} ms"
 
+    def n(v):  # a count the engine or the calls did not give
+        return "-" if v is None else v
+
     click.echo(f"status       {s['status']}" + (f" ({s['reason']})" if s.get("reason") else ""))
     click.echo(
         f"calls        {s['calls']} of {s['calls_total']}  errors {s['errors']}  skipped {s['calls_skipped']}"
     )
-    click.echo(f"makespan     {s['makespan_s']:.2f} s")
+    click.echo("makespan     " + ("-" if s["makespan_s"] is None else f"{s['makespan_s']:.2f} s"))
     if s.get("study_makespan_s") is not None:  # first gap to last tail gap (EfficientAgent)
         click.echo(f"  study def  {s['study_makespan_s']:.2f} s (first gap to last tail gap)")
     click.echo(
-        f"tokens       prompt {s['prompt_tokens']}  output {s['output_tokens']}  cached {s['cached_tokens']}"
+        f"tokens       prompt {n(s['prompt_tokens'])}  output {n(s['output_tokens'])}  "
+        f"cached {n(s['cached_tokens'])}"
     )
     click.echo(
         f"ttft         p50 {ms(s['ttft_p50_s'])}  p90 {ms(s['ttft_p90_s'])}  p99 {ms(s['ttft_p99_s'])}"

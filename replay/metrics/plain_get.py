@@ -15,11 +15,13 @@ __all__ = ["GetError", "PlainGetter", "get_once"]
 
 class GetError(Exception):
     """A GET that got no response: refused, reset, timed out, not HTTP (`str`: the cause;
-    `timed_out`: the server took the connection, or not even that, and said nothing in time)."""
+    `timed_out`: the server took the connection, or not even that, and said nothing in time;
+    `refused`: nothing listens at that address)."""
 
-    def __init__(self, why: str, *, timed_out: bool = False) -> None:
+    def __init__(self, why: str, *, timed_out: bool = False, refused: bool = False) -> None:
         super().__init__(why)
         self.timed_out = timed_out
+        self.refused = refused
 
 
 class PlainGetter:
@@ -62,7 +64,11 @@ class PlainGetter:
                 # a kept-alive connection the server closed meanwhile: one retry on a new one
                 if fresh or attempt == 1 or isinstance(e, TimeoutError):
                     why = f"{type(e).__name__}: {e}"
-                    raise GetError(why, timed_out=isinstance(e, TimeoutError)) from None
+                    raise GetError(
+                        why,
+                        timed_out=isinstance(e, TimeoutError),
+                        refused=isinstance(e, ConnectionRefusedError),
+                    ) from None
         raise AssertionError("unreachable")
 
     def close(self) -> None:
