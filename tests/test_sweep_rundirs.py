@@ -268,5 +268,22 @@ def test_a_full_disk_during_a_run_stops_the_sweep_with_one_line(tmp_path, capsys
     monkeypatch.setattr("replay.driver.run.write_parquet", full)  # the driver's write seam
     code, out, err = run_cli(["sweep", exp.source, "--results", str(results)], capsys)
     assert code == 1 and err.count("\n") == 1 and "disk full" in err, err
-    assert "Traceback" not in err and out == ""  # stopped at the first run, not after each
+    assert "Traceback" not in err
+    assert "[1/" not in out  # stopped at the first run, not after each (only preparation lines)
     assert len(pd.read_parquet(results / "d" / "summary.parquet")) == 1
+
+
+def test_a_sweep_says_what_it_prepares_before_its_first_run(tmp_path, capsys):
+    """Synthesis and predictions ran silently for seconds (14 s on paper-kappa) before the first
+    run's line; each now has a line first, and a rerun that predicts nothing says nothing of it."""
+    exp = sim_experiment(tmp_path)
+    results = tmp_path / "results"
+    code, out, _ = run_cli(["sweep", exp.source, "--results", str(results)], capsys)
+    lines = out.splitlines()
+    assert code == 0 and lines[:2] == [
+        "d: synthesizing the trace ...",
+        "d: predicting (predictions.json) ...",
+    ]
+    assert lines[2].startswith("[1/")
+    code, out, _ = run_cli(["sweep", exp.source, "--results", str(results)], capsys)
+    assert code == 0 and "predicting" not in out  # predictions.json is written once

@@ -146,6 +146,11 @@ class SweepRunner(RunSteps):
     def predict(self) -> None:
         """predictions.json, from the trace and the experiment alone (never from a result), so
         it may be written before or while the runs execute."""
+        from replay.sweep.prepare import predictions_wanted
+
+        if self.exp.predict.enabled and predictions_wanted(self.exp_dir, force=self.force):
+            # seconds on a paper-scale trace, before the first run's line: say what it does
+            self.echo(f"{self.exp.name}: predicting (predictions.json) ...")
         write_predictions(self.trace, self.exp, self.exp_dir, force=self.force)
 
     def _run_locked(self, execute: Execute) -> SweepResult:
@@ -158,6 +163,8 @@ class SweepRunner(RunSteps):
         for pgid in stop_leftover_servers(self.exp_dir, self.exp.timeouts.stop_grace_s):
             self.echo(f"stopped server process group {pgid} left running by an earlier sweep")
         keep_experiment_file(self.exp, self.exp_dir, force=self.force)
+        if self.exp.trace.synth is not None:  # a paper-scale synthesis takes seconds
+            self.echo(f"{self.exp.name}: synthesizing the trace ...")
         self.trace = load_trace(self.exp)
         if execute is run_in_order:
             # Here, before the first launch; on a cluster the head need not have the nodes'
