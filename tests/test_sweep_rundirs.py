@@ -276,14 +276,20 @@ def test_a_full_disk_during_a_run_stops_the_sweep_with_one_line(tmp_path, capsys
 def test_a_sweep_says_what_it_prepares_before_its_first_run(tmp_path, capsys):
     """Synthesis and predictions ran silently for seconds (14 s on paper-kappa) before the first
     run's line; each now has a line first, and a rerun that predicts nothing says nothing of it."""
-    exp = sim_experiment(tmp_path)
+    path = tmp_path / "d.toml"
+    path.write_text(
+        SIM_TEMPLATE.replace(
+            "enabled = false", 'model = "qwen3-coder-30b-a3b"\ndevice_kv_gib = 0.5'
+        )
+    )
     results = tmp_path / "results"
-    code, out, _ = run_cli(["sweep", exp.source, "--results", str(results)], capsys)
+    code, out, err = run_cli(["sweep", str(path), "--results", str(results)], capsys)
+    assert (results / "d" / "predictions.json").is_file(), err
     lines = out.splitlines()
     assert code == 0 and lines[:2] == [
         "d: synthesizing the trace ...",
         "d: predicting (predictions.json) ...",
     ]
     assert lines[2].startswith("[1/")
-    code, out, _ = run_cli(["sweep", exp.source, "--results", str(results)], capsys)
+    code, out, _ = run_cli(["sweep", str(path), "--results", str(results)], capsys)
     assert code == 0 and "predicting" not in out  # predictions.json is written once
