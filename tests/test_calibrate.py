@@ -274,3 +274,17 @@ def test_a_fitted_step_adds_its_chunks_left_to_right_on_every_python():
     assert [model.prefill_s(n, p) for n, p in chunks] == [1.0, 1e-16, 1e-16]
     assert model.step_s(chunks, 0, 0) == 1.0  # compensated: 1.0000000000000002
     assert model.step_s([], 0, 0) == 0.0
+
+
+def test_a_fit_with_no_time_left_before_the_first_token_says_so():
+    """Calls whose first token came as they were sent leave the prefill fit nothing to explain:
+    the relative residual is undefined (it printed "+0.0% of the mean" beside a 2.5 s rms) and
+    a note says the timings do not fit the model."""
+    import math
+
+    rows = [CallRow(t_send=float(i), t_first=float(i), t_end=i + 0.5, prompt_tokens=100,
+                    cached_tokens=0, restored_tokens=0, completion_tokens=10) for i in range(6)]  # fmt: skip
+    fit = fit_costs([rows], servers=1)
+    assert math.isnan(fit.ttft_residual_rel)
+    assert any("do not fit the cost model" in n for n in fit.notes)
+    assert orjson.loads(orjson.dumps(fit.summary()))["ttft_residual_rel"] is None  # JSON null

@@ -27,6 +27,7 @@ run no longer drags them.
 from __future__ import annotations
 
 import heapq
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -294,7 +295,14 @@ def fit_costs(
         return float(np.sqrt(np.mean(r**2))) if len(r) else 0.0
 
     def rel(r: np.ndarray, y: np.ndarray) -> float:
-        return rms(r) / float(np.mean(y)) if len(y) and np.mean(y) > 0 else 0.0
+        # NaN (null in JSON, "-" printed): no mean to be relative to
+        return rms(r) / float(np.mean(y)) if len(y) and np.mean(y) > 0 else math.nan
+
+    if len(yp) and not np.mean(yp) > 0:
+        notes.append(
+            "the fitted calls' time to first token, less the other calls' work the model puts "
+            "before it, is <= 0 on average: these runs' timings do not fit the cost model"
+        )
 
     return FitResult(
         costs=costs,

@@ -18,6 +18,11 @@ def _pct(v: Any) -> str:
     return "-" if v is None or not math.isfinite(v) else f"{100 * v:+.1f}%"
 
 
+def _share(v: Any) -> str:
+    """A non-negative fraction (an rms over a mean) as a percentage, without a sign."""
+    return "-" if v is None or not math.isfinite(v) else f"{100 * v:.1f}%"
+
+
 def _text(report: dict[str, Any], costs_path: str) -> str:
     c = report["costs"]
     r = report["residuals"]
@@ -30,8 +35,8 @@ def _text(report: dict[str, Any], costs_path: str) -> str:
         f"{1e6 * c['restore_s_per_token']:.3f} us/token + {1e3 * c['restore_s_per_chunk']:.3f} "
         "ms/chunk",
         f"  fit on {r['calls']} calls: time-to-first-token residual rms "
-        f"{1e3 * r['ttft_residual_rms_s']:.2f} ms ({_pct(r['ttft_residual_rel'])} of the mean), "
-        f"decode {1e3 * r['decode_residual_rms_s']:.2f} ms ({_pct(r['decode_residual_rel'])})",
+        f"{1e3 * r['ttft_residual_rms_s']:.2f} ms ({_share(r['ttft_residual_rel'])} of the mean), "
+        f"decode {1e3 * r['decode_residual_rms_s']:.2f} ms ({_share(r['decode_residual_rel'])})",
     ]
     if r.get("notes"):
         lines.append(f"  notes: {r['notes']}")
