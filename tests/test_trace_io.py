@@ -221,6 +221,7 @@ def test_empty_file(tmp_path: Path) -> None:
 def test_missing_header(tmp_path: Path) -> None:
     e = _error(tmp_path, [CALL0])
     assert (e.line, e.field) == (1, "format") and "missing header" in e.why
+    assert "replay trace import --from weka|mooncake" in e.why  # a raw trace given as is
 
 
 def test_unknown_header(tmp_path: Path) -> None:

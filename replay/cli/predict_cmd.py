@@ -374,6 +374,12 @@ def _trace_mode(o: dict, tiers: list[float]) -> None:
     device_tokens = o["device_tokens"]
     if device_tokens is None:  # --device-gib in [0, MAX_TIER_GIB]: `command` saw to it
         device_tokens = int(math.floor(o["device_gib"] * GIB / bpt))
+    if device_tokens == 0:
+        click.echo(
+            "replay: note: no device tier (--device-gib 0, the default): every prompt token "
+            "misses the device, so the host tier sees all reuse; give --device-gib for the run's",
+            err=True,
+        )
     for flag in ("chunk_tokens", "block_tokens"):
         if o[flag] <= 0:
             raise ConfigError(WHERE, "--" + flag.replace("_", "-"), "must be positive")

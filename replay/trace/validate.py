@@ -53,7 +53,8 @@ def check_header(obj: dict, file: str) -> TraceHeader:
         raise ln.fail(
             "format",
             f'missing header: the first line must be {{"format": "{FORMAT_NAME}", "version": '
-            f"{FORMAT_VERSION}, ...}}",
+            f"{FORMAT_VERSION}, ...}}; a WEKA or Mooncake trace is converted first: replay trace "
+            "import --from weka|mooncake FILE -o OUT.jsonl.gz",
         )
     if fmt != FORMAT_NAME:
         raise ln.fail("format", f"unknown format {fmt!r}; expected {FORMAT_NAME!r}")
