@@ -152,14 +152,48 @@ def synth_cmd(
 @command.command("fold")
 @click.argument("file", type=click.Path(dir_okay=False))
 @click.option("-o", "--out", required=True, type=click.Path(dir_okay=False), help="OUT.jsonl.gz")
-@click.option("--from-call", type=int, default=8, show_default=True, help="first call that folds")
-@click.option("--every", type=int, default=1, show_default=True, help="fold every N calls")
-@click.option("--keep-head-tokens", type=int, default=2048, show_default=True)
-@click.option("--fold-fraction", type=float, default=0.5, show_default=True)
-@click.option("--summary-tokens", type=int, default=1024, show_default=True)
-@click.option("--seed", type=int, default=0, show_default=True)
+@click.option(
+    "--from-call", type=int, default=8, show_default=True, help="first call (0-based) that folds"
+)
+@click.option(
+    "--every",
+    type=int,
+    default=1,
+    show_default=True,
+    help="fold at --from-call and every N calls after it (1: every call from there on)",
+)
+@click.option(
+    "--keep-head-tokens",
+    type=int,
+    default=2048,
+    show_default=True,
+    help="leading tokens never rewritten (system prompt, tools, task statement)",
+)
+@click.option(
+    "--fold-fraction",
+    type=float,
+    default=0.5,
+    show_default=True,
+    help="share of the prompt after the head that a fold replaces with a summary",
+)
+@click.option(
+    "--summary-tokens",
+    type=int,
+    default=1024,
+    show_default=True,
+    help="length of the summary that replaces it (a fold that would not shrink the prompt is "
+    "skipped)",
+)
+@click.option(
+    "--seed", type=int, default=0, show_default=True, help="seeds the summaries' token ids"
+)
 def fold_cmd(file: str, out: str, **spec: object) -> None:
-    """Rewrite an early part of each task's history from some call on (context folding)."""
+    """Rewrite an early part of each task's history from some call on (context folding).
+
+    Every token after a rewritten stretch has a new prefix, so the next call reuses only what
+    comes before it: how the EfficientAgent study's folding lowered the prefix hit rate. Works
+    on token-id traces. See docs/trace.md, "Context folding".
+    """
     from replay.trace.fold import FoldSpec, fold_trace
     from replay.trace.io import read_trace
 
