@@ -26,6 +26,14 @@ def _default(name: str) -> Any:
     return _D[name].default
 
 
+def _shown(value: Any, flag: str) -> str:
+    """A default as --help shows it: the flag a boolean pair defaults to, `off` for unset."""
+    if isinstance(value, bool) and "/" in flag:
+        on, off = flag.split("/")
+        return on if value else off
+    return "off" if value in ("", None) else str(value)
+
+
 # (flag, click kwargs), one per SimConfig field: the sweep-level SIMOPTS plus the simulator's own knobs.
 _OPTIONS: list[tuple[str, dict[str, Any]]] = [
     ("--hardware", {"help": "hardware preset (see docs/simulator.md)"}),
@@ -108,6 +116,6 @@ def sim_options(f: Callable) -> Callable:
         kw = dict(kw)
         if "default" not in kw:
             kw["default"] = None
-        kw["help"] = f"{kw.get('help', '')} [default: {_default(name)}]"
+        kw["help"] = f"{kw.get('help', '')} [default: {_shown(_default(name), flag)}]"
         f = click.option(flag, name, **kw)(f)
     return f
