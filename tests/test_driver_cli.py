@@ -330,3 +330,15 @@ def test_second_signal_cancels_calls_in_flight_at_once(tmp_path):
     rows = pd.read_parquet(out / "calls.parquet")
     assert len(rows) == 3 and set(rows["error_kind"]) == {"cancelled"}
     assert orjson.loads((out / "run.json").read_bytes())["status"] == "interrupted"
+
+
+def test_bad_simulator_options_leave_no_run_directory(tmp_path, capsys):
+    """An unknown preset is refused before --out is made (it left an empty directory)."""
+    trace = tmp_path / "t.jsonl"
+    write_trace(make_trace({"a": [{}]}), trace)
+    code, err = _main_in_process(
+        ["run", "--trace", str(trace), "--pool", "1", "--out", str(tmp_path / "o"),
+         "--engine", "sim", "--hardware", "h30"], capsys,
+    )  # fmt: skip
+    assert code == 2 and "unknown hardware 'h30'" in err
+    assert not (tmp_path / "o").exists()

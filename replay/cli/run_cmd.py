@@ -307,6 +307,10 @@ def command(
 
         model, early = model_to_send(url, served_model, options.strict)
         check_vocabulary(trace, model)
+    if adapter.in_process:  # bad simulator options are refused before --out is made
+        from replay.sim.options import SimConfig
+
+        SimConfig.from_options(**simopts)
     # An earlier run's files left beside this one's would be reported as this run's.
     prepare_out_dir(Path(out_dir), force=force)
     if adapter.in_process:
