@@ -56,6 +56,7 @@ def server(tmp_path_factory):
             proc.kill()
             proc.wait()
         assert proc.returncode == 0, f"server exited with {proc.returncode}"
+        assert not ready.exists()  # the port file goes with the server
 
 
 def complete(client: httpx.Client, **body) -> dict:

@@ -402,3 +402,6 @@ async def serve(config: SimConfig, host: str, port: int, ready_file: str | None 
             await asyncio.Event().wait()
     finally:
         await runner.cleanup()
+        if ready_file:  # a port file left behind would name a port nothing serves any more
+            with contextlib.suppress(OSError):
+                Path(ready_file).unlink()
