@@ -67,7 +67,8 @@ def test_hand_computed_trace() -> None:
     assert (s.gap_p50_s, s.gap_max_s) == (3.0, 4.0)
     assert set(s.to_dict()) == {
         "tasks", "calls", "prompt_tokens", "output_tokens", "unique_tokens", "prompt_len_mean",
-        "prompt_len_p50", "prompt_len_p90", "prompt_len_max", "reuse_fraction", "gap_p50_s",
+        "prompt_len_p50", "prompt_len_p90", "prompt_len_max", "reuse_fraction",
+        "prefix_cacheable_fraction", "gap_p50_s",
         "gap_p90_s", "gap_max_s", "subagents",
     }  # fmt: skip
 
@@ -125,3 +126,36 @@ def test_huge_recorded_output_is_never_expanded() -> None:
     assert huge.reuse_fraction == _reuse_oracle(trace(12)) == small.reuse_fraction
     assert huge.reuse_fraction >= 8 / 15
     assert huge.to_dict() | {"output_tokens": 0} == small.to_dict() | {"output_tokens": 0}
+
+
+def _cacheable_oracle(trace: Trace, block: int) -> float:
+    """Full blocks whose whole prefix (the tokens up to the block's end) some earlier call had."""
+    seen: set[tuple[int, ...]] = set()
+    hits = 0
+    for task in trace.tasks:
+        for s in trace.steps(task):
+            p = s.prompt.tolist()
+            for end in range(block, len(p) + 1, block):
+                key = tuple(p[:end])
+                hits += key in seen
+                seen.add(key)
+    return hits * block / trace.prompt_tokens
+
+
+def test_prefix_cacheable_counts_reuse_across_tasks() -> None:
+    """Two one-call tasks sharing 32 tokens: no reuse within a task, 2 of 6 blocks served."""
+    h = TraceHeader(vocab_size=1000)
+    head = np.arange(32, dtype=np.int32)
+    calls = [
+        Call(t, 0, 0.0, 0, np.concatenate([head, np.full(16, 500 + i, np.int32)]), 48, 1)
+        for i, t in enumerate("ab")
+    ]
+    s = trace_stats(Trace(h, calls))
+    assert s.reuse_fraction == 0.0 and s.prefix_cacheable_fraction == 32 / 96
+
+
+def test_prefix_cacheable_matches_oracle_on_synthetic_traces() -> None:
+    for seed in range(3):
+        trace = synth("claude-code", tasks=3, seed=seed, scale=0.004, max_calls_per_task=4)
+        got = trace_stats(trace).prefix_cacheable_fraction
+        assert got == _cacheable_oracle(trace, 16)

@@ -4,6 +4,13 @@
 with the same task's previous context (previous prompt + previous output), divided by
 `prompt_tokens`; a task's first call counts 0. It is computed on the expanded token ids, one task
 at a time, so memory stays at one context.
+
+`prefix_cacheable_fraction` = the prompt tokens an unbounded prefix cache of `CACHE_BLOCK_TOKENS`
+(ids; the block size of a block-hash trace) token blocks would serve, over `prompt_tokens`: every
+full block whose prefix-chained key (`replay.trace.keys`) appeared before, in any call of any task.
+With prefix-chained keys that is the full blocks less the distinct keys (each key misses once),
+whatever the calls' order. It shows reuse across tasks, which `reuse_fraction` does not: a
+Mooncake trace has one call a task (`reuse_fraction` 0) and shares prefixes between them.
 """
 
 from __future__ import annotations
@@ -12,11 +19,13 @@ from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 
+from replay.trace.keys import ChunkKeyer
 from replay.trace.model import Trace
 
 __all__ = ["TraceStats", "trace_stats", "common_prefix_len"]
 
 _CHUNK = 4096
+CACHE_BLOCK_TOKENS = 16  # prefix_cacheable_fraction's block on token-id traces (vLLM's default)
 
 
 @dataclass(frozen=True)
@@ -33,6 +42,7 @@ class TraceStats:
     prompt_len_p90: float | None
     prompt_len_max: int | None
     reuse_fraction: float | None
+    prefix_cacheable_fraction: float | None  # any earlier call's prefix, unbounded cache
     gap_p50_s: float | None  # over calls after a task's first (first calls start a slot)
     gap_p90_s: float | None
     gap_max_s: float | None
@@ -103,17 +113,25 @@ def trace_stats(trace: Trace) -> TraceStats:
     gaps = np.fromiter((c.gap_s for c in trace.calls if c.index > 0), np.float64)
     unique = sum(c.prompt_len - min(c.keep * unit, c.prompt_len) for c in trace.calls)
     reused = 0
+    block = CACHE_BLOCK_TOKENS if unit == 1 else unit
+    keyer = ChunkKeyer(block)
+    blocks = 0
     view = _outputs_capped(trace)
     for task in view.tasks:
         prev_prompt: np.ndarray | None = None
         prev_out = np.empty(0, np.int32)
+        prev_keys: np.ndarray | None = None
         for step in view.steps(task):
             c = step.call
+            same = 0
             if prev_prompt is not None:
                 # In ids traces the kept tokens are equal by construction; block traces are
                 # compared from the start (a task's namespace could change between calls).
                 start = c.keep if unit == 1 else 0
                 reused += _context_prefix(step.prompt, prev_prompt, prev_out, start)
+                same = common_prefix_len(step.prompt, prev_prompt, start)
+            prev_keys = keyer.keys(step.prompt, prev_keys, same)
+            blocks += len(prev_keys)
             prev_prompt, prev_out = step.prompt, step.output
     total = int(prompt_lens.sum())
     return TraceStats(
@@ -127,6 +145,7 @@ def trace_stats(trace: Trace) -> TraceStats:
         prompt_len_p90=_pct(prompt_lens, 90),
         prompt_len_max=int(prompt_lens.max()) if len(prompt_lens) else None,
         reuse_fraction=reused / total if total else None,
+        prefix_cacheable_fraction=(blocks - len(keyer)) * block / total if total else None,
         gap_p50_s=_pct(gaps, 50),
         gap_p90_s=_pct(gaps, 90),
         gap_max_s=float(gaps.max()) if len(gaps) else None,
