@@ -191,3 +191,21 @@ def test_forcing_processor_matches_the_release_interface(sglang_release):
         logits = np.random.default_rng(len(req.output_ids)).normal(size=(1, 8))
         req.output_ids = [*req.output_ids, int(np.argmax(processor(logits, params)[0]))]
     assert req.output_ids == forced
+
+
+def test_the_labels_and_values_the_mapping_reads(sglang_release):
+    """`map_counters` selects series by label: cache_source=device|host|total on
+    cached_tokens_total, pool=kv on the HiCache counters, one tp_rank. A renamed label or value
+    reads as zero, silently, so the release must still spell them so."""
+    root = sglang_release.root / "sglang/srt"
+    collector = (root / "observability/metrics_collector.py").read_text()
+    assert 'labelnames=list(labels.keys()) + ["cache_source"]' in collector
+    for source in ("device", "host"):
+        assert f'report_cache_source("{source}"' in collector
+    assert '"cache_source": "total"' in collector  # a request without a split
+    assert collector.count('labelnames=list(labels.keys()) + ["pool"]') >= 2  # load back, backup
+    assert '"tp_rank"' in collector
+    storage = (root / "mem_cache/hicache_storage.py").read_text()
+    assert 'KV = "kv"' in storage  # PoolName.KV, the pool label of the KV cache's transfers
+    controller = (root / "managers/cache_controller.py").read_text()
+    assert "return {PoolName.KV.value: len(op.device_indices)}" in controller

@@ -300,3 +300,18 @@ def test_v2_runner_switch_and_reset_route_exist(vllm_release):
     assert "if envs.VLLM_SERVER_DEV_MODE:" in routers.read_text()
     assert vllm.launch({"model": "m"}, "h", 1).env.get("VLLM_SERVER_DEV_MODE") == "1"
     assert (vllm_release.root / "vllm/entrypoints/openai/api_server.py").exists()
+
+
+def test_the_labels_and_values_the_mappings_read(vllm_release, lmcache_release):
+    """vLLM's mapping selects series by label value (source=device|host, source=local_compute,
+    transfer_type=GPU_to_CPU|CPU_to_GPU); LMCache's has one series a worker_id. A renamed value
+    reads as zero, silently."""
+    metrics = vllm_release.root / "vllm/v1/metrics"
+    hit_source = (metrics / "cache_hit_source.py").read_text()
+    assert 'DEVICE = "device"' in hit_source and 'HOST = "host"' in hit_source
+    assert '"local_compute"' in (metrics / "stats.py").read_text()
+    offload = (
+        vllm_release.root / "vllm/distributed/kv_transfer/kv_connector/v1/offloading/metrics.py"
+    ).read_text()
+    assert 'LOAD = "CPU_to_GPU"' in offload and 'STORE = "GPU_to_CPU"' in offload
+    assert '"worker_id"' in (lmcache_release.root / "lmcache/observability.py").read_text()
