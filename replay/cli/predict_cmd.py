@@ -192,7 +192,7 @@ def _print_sessions(doc: dict) -> None:
     )
     for r in doc["curve"]:
         click.echo(
-            f"  {r['sessions']:>3} sessions: device {r['device_hit_rate']:.2f}  host "
+            f"  {r['sessions']:>3} {'session ' if r['sessions'] == 1 else 'sessions'}: device {r['device_hit_rate']:.2f}  host "
             f"{r['host_hit_rate']:.2f}  miss {r['miss_rate']:.2f}  mean turn {r['mean_turn_s']:.2f} s"
         )
 

@@ -7,11 +7,19 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
+from matplotlib.ticker import FuncFormatter
 
 from replay.analysis.derived import TIER_PARAM
 from replay.plots.common import FigureContext, legend_outside, new_figure, split_series, yerr
 
 __all__ = ["hits_vs_pressure"]
+
+
+def _minor_label(ax, v: float) -> str:
+    """Every minor tick labelled within a decade or so; over a wider range only 2s and 5s."""
+    low, high = ax.get_xlim()
+    wide = low > 0 and high / low > 20
+    return f"{v:g}" if not wide or f"{v:.0e}"[0] in "25" else ""
 
 
 def hits_vs_pressure(agg: pd.DataFrame, params: Sequence[str], ctx: FigureContext) -> Figure | None:
@@ -52,6 +60,10 @@ def hits_vs_pressure(agg: pd.DataFrame, params: Sequence[str], ctx: FigureContex
         return None
     ax.axvline(1.0, color="0.3", linestyle=":", label="working set = tier")
     ax.set_xscale("log")
+    # plain numbers (0.4, 2) rather than matplotlib's 4x10^-1 on a log axis's minor ticks
+    plain = FuncFormatter(lambda v, _: f"{v:g}")
+    ax.xaxis.set_major_formatter(plain)
+    ax.xaxis.set_minor_formatter(FuncFormatter(lambda v, _: _minor_label(ax, v)))
     ax.set_xlabel("pressure ratio (working set / host tier), log scale")
     ax.set_ylabel("fraction of prompt tokens")
     ax.set_ylim(-0.02, 1.02)
