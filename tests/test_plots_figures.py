@@ -146,6 +146,12 @@ def test_pressure_figure_plots_hits_against_working_set_over_tier():
         host.get_ydata()
     ) == pytest.approx([0.27])
     assert ax.get_xscale() == "log"
+    # the ticks read as plain numbers: matplotlib's log labels were mathtext such as 4x10^-1
+    fig.canvas.draw()
+    labels = [t.get_text() for t in ax.get_xticklabels(minor=True) + ax.get_xticklabels()]
+    shown = [x for x in labels if x]
+    assert "0.5" in shown and "1" in shown and "2" in shown
+    assert not any("$" in x or "times" in x for x in shown)
 
 
 def test_tier_figures_need_a_tier():
