@@ -69,8 +69,8 @@ def test_report_shows_the_study_makespan_beside_ours_only_when_runs_have_it(tmp_
             )
             write_run(old, point, r, summary={"makespan_s": ours + r})
     text = write_report(new, figures=False, today=lambda: dt.date(2030, 1, 1)).report.read_text()
-    header = next(line for line in text.splitlines() if "| makespan |" in line)
-    assert "| makespan | study makespan |" in header
+    header = next(line for line in text.splitlines() if "| makespan (s) |" in line)
+    assert "| makespan (s) | study makespan (s) |" in header
     assert "112.5 ± " in text and "101.5 ± " in text  # means of the two repeats
     assert "end of the last task's tail gap" in text
     text = write_report(old, figures=False, today=lambda: dt.date(2030, 1, 1)).report.read_text()

@@ -72,6 +72,12 @@ def _stat(a: Analysis, point: pd.Series, metric: str) -> pd.Series | None:
     return None if hit.empty else hit.iloc[0]
 
 
+def _column_name(metric: str) -> str:
+    """The metric's words, with its unit when it is a time (`..._s`)."""
+    name = METRIC_NAMES.get(metric, metric)
+    return f"{name} (s)" if metric.endswith("_s") else name
+
+
 def measured_tables(a: Analysis) -> list[str]:
     lines: list[str] = []
     points = _points(a)
@@ -82,7 +88,7 @@ def measured_tables(a: Analysis) -> list[str]:
         columns = [c for c in candidates if c in present]
         if not columns:
             continue
-        header = [*points.columns, "n", *(METRIC_NAMES.get(c, c) for c in columns)]
+        header = [*points.columns, "n", *(_column_name(c) for c in columns)]
         rows = []
         for _, point in points.iterrows():
             stats = [_stat(a, point, c) for c in columns]
