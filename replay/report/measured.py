@@ -146,7 +146,14 @@ def predictions_section(a: Analysis) -> list[str]:
             for c in (TIER_PARAM, "pressure_ratio", *PREDICTED_QUANTITIES)
             if any(c in t for t in tiers)
         ]
-        lines += md_table(cols, [[fmt_num(t.get(c)) for c in cols] for t in tiers])
+        # the tier as the measured tables name it (0.00390625, not fmt_num's 0.003906)
+        lines += md_table(
+            cols,
+            [
+                [plain(t.get(c)) if c == TIER_PARAM else fmt_num(t.get(c)) for c in cols]
+                for t in tiers
+            ],
+        )
     return lines
 
 
