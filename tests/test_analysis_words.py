@@ -17,6 +17,7 @@ def test_number_formats():
 def test_intervals_share_the_mean_unit_and_flag_single_repeats():
     assert fmt_interval(1_500_000, 25_000, 3, 1_480_000, 1_520_000) == "1.5M ± 0.025M [1.48M–1.52M]"
     assert fmt_interval(12.0, float("nan"), 1) == "12 (n=1)"
+    assert fmt_interval(12.0, float("nan"), 1, show_n=False) == "12"  # a table with an n column
     assert fmt_interval(0.2, 1e-17, 3) == "0.2 ± 0"
 
 

@@ -54,14 +54,17 @@ def fmt_num(x: Any, digits: int = 4, scale: tuple[float, str] | None = None) -> 
     return f"{x / factor:.{digits}g}{suffix}"
 
 
-def fmt_interval(mean: Any, half_width: Any, n: Any, lo: Any = None, hi: Any = None) -> str:
-    """`mean ± half` in one unit; `mean (n=1)` when one repeat gives no interval; min-max when given."""
+def fmt_interval(
+    mean: Any, half_width: Any, n: Any, lo: Any = None, hi: Any = None, *, show_n: bool = True
+) -> str:
+    """`mean ± half` in one unit; `mean (n=1)` when one repeat gives no interval (just `mean`
+    with `show_n=False`, in a table whose n column says it); min-max when given."""
     if _missing(mean):
         return "-"
     scale = next(((f, s) for f, s in _SCALES if abs(float(mean)) >= f), (1.0, ""))
     text = fmt_num(mean, scale=scale)
     if _missing(half_width):
-        return f"{text} (n={int(n) if not _missing(n) else 0})"
+        return f"{text} (n={int(n) if not _missing(n) else 0})" if show_n else text
     # Float round-off of identical repeats is not noise worth printing.
     tiny = float(half_width) <= 1e-9 * max(abs(float(mean)), 1.0)
     text += " ± 0" if tiny else f" ± {fmt_num(half_width, 2, scale)}"

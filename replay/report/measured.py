@@ -94,13 +94,17 @@ def measured_tables(a: Analysis) -> list[str]:
             stats = [_stat(a, point, c) for c in columns]
             n = max((int(s["n"]) for s in stats if s is not None), default=0)
             cells = [
-                fmt_interval(s["mean"], s["half_width"], s["n"], s["min"], s["max"])
+                fmt_interval(s["mean"], s["half_width"], s["n"], s["min"], s["max"], show_n=False)
                 if s is not None
                 else "-"
                 for s in stats
             ]
             rows.append([*(plain(v) for v in point.to_numpy()), n, *cells])
-        lines += [f"**{title}** (mean ± 95% t-interval half-width [min–max] over repeats)", ""]
+        lines += [
+            f"**{title}** (mean ± 95% t-interval half-width [min–max] over repeats; a point with "
+            "one repeat has no interval)",
+            "",
+        ]
         lines += md_table(header, rows)
     if "study_makespan_s" in present:
         lines += [
