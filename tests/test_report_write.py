@@ -185,7 +185,9 @@ def test_slowdown_against_the_recorded_run(tmp_path):
         )
     text = write_report(exp, figures=False).report.read_text()
     # recorded: 30 - 10 = 20 s; replay 40 s -> 2x
-    assert "| host_tier_gib | n | makespan (s) | makespan / baseline | makespan / recorded |" in text
+    assert (
+        "| host_tier_gib | n | makespan (s) | makespan / baseline | makespan / recorded |" in text
+    )
     assert "| 0 | 2 | 40 ± 0 | 1 ± 0 | 2 ± 0 |" in text
 
 
