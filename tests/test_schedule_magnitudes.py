@@ -96,4 +96,4 @@ def test_gap_scale_out_of_range_is_a_usage_error(tmp_path, scale):
     path = _write(tmp_path, {"a": [{}, {"gap": 1.0}]})
     cp = _sim_run(path, tmp_path / "run", "--gap-scale", scale)
     assert cp.returncode == 2
-    assert "gap_scale: must be in [0, 1e+06]" in cp.stderr and "Traceback" not in cp.stderr
+    assert "--gap-scale: must be in [0, 1e+06]" in cp.stderr and "Traceback" not in cp.stderr
