@@ -468,3 +468,76 @@ def test_cli_offers_exactly_the_registered_transports_and_default():
     (opt,) = [p for p in command.params if p.name == "transport_name"]
     assert sorted(opt.type.choices) == TRANSPORT_NAMES
     assert opt.default == DEFAULT_TRANSPORT
+
+
+# --- legal SSE forms, token counting without ids, in-stream errors (an audit's findings) --------
+
+
+def _stream(events: list, sep: bytes = b"\n") -> bytes:
+    body = b"".join(b"data: " + orjson.dumps(e) + sep + sep for e in events)
+    return body + b"data: [DONE]" + sep + sep
+
+
+_USAGE = {"choices": [], "usage": {"prompt_tokens": 9, "completion_tokens": 3}}
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        _stream([{"choices": [{"text": "a"}]}, _USAGE], sep=b"\r"),  # bare CR line ends
+        b"\xef\xbb\xbf" + _stream([{"choices": [{"text": "a"}]}, _USAGE]),  # byte-order mark
+        b"foo: bar\ndata\nevent: x\n\n" + _stream([{"choices": [{"text": "a"}]}, _USAGE]),
+    ],
+    ids=["bare-cr", "bom", "unknown-field-and-bare-data"],
+)
+def test_legal_sse_forms_parse(raw):
+    """The SSE spec's three line ends, a leading BOM, fields the spec says to ignore: each was
+    recorded as malformed."""
+    for cut in range(0, len(raw), 5):
+        acc = SseAccumulator()
+        acc.feed_bytes(raw[:cut], 1.0)
+        acc.feed_bytes(raw[cut:], 2.0)
+        acc.flush(2.0)
+        res = acc.result(3.0, streamed=True)
+        assert (res.prompt_tokens, res.completion_tokens, acc.stream_tokens) == (9, 3, 1)
+
+
+def test_tokens_with_empty_text_count_and_a_bare_finish_chunk_does_not():
+    """Without token ids, a chunk of empty text is a token (vLLM streams a token that ends inside
+    a UTF-8 character so): they were skipped, which made TTFT late by two tokens here. A last
+    chunk carrying only the finish reason is not a token; nor is an empty id list."""
+    acc = SseAccumulator()
+    for t, text in ((1.0, ""), (2.0, ""), (3.0, "a"), (4.0, "b")):
+        acc.feed_object({"choices": [{"text": text, "finish_reason": None}]}, t)
+    acc.feed_object({"choices": [{"text": "", "finish_reason": "length"}]}, 5.0)
+    acc.feed_object({"choices": [{"text": "", "token_ids": []}]}, 6.0)
+    assert (acc.t_first_token, acc.t_second_token, acc.t_last_token) == (1.0, 2.0, 4.0)
+    assert acc.stream_tokens == 4
+
+
+@pytest.mark.parametrize(("code", "kind"), [(500, "http_5xx"), ("503", "http_5xx"),
+                                            (400, "http_4xx"), (None, "http_5xx")])  # fmt: skip
+def test_an_error_object_inside_a_200_stream_is_the_servers_failure(code, kind):
+    """vLLM and SGLang report a failure after the 200 as an error object in the stream, with
+    the HTTP code it would have had: it was recorded as a malformed response."""
+    acc = SseAccumulator()
+    with pytest.raises(RequestFailed) as e:
+        acc.feed_object({"error": {"message": "engine died", "code": code}}, 1.0)
+    assert e.value.kind == kind and "engine died" in str(e.value)
+
+
+@pytest.mark.parametrize("name", TRANSPORT_NAMES)
+def test_the_event_stream_content_type_is_read_case_blind(name):
+    """`Text/Event-Stream` is the same media type (RFC 9110): httpx read the body as JSON."""
+
+    async def answer(ex) -> bool:
+        payload = sse_body(len(orjson.loads(ex.body)["prompt"]), 7)
+        ex.writer.write(
+            b"HTTP/1.1 200 OK\r\ncontent-type: Text/Event-Stream\r\n"
+            b"content-length: %d\r\n\r\n%s" % (len(payload), payload)
+        )
+        return True
+
+    with ScriptServer(answer) as srv:
+        res = _complete(name, srv.url, _req())
+    assert res.completion_tokens == 7 and res.t_first_token is not None

@@ -30,7 +30,9 @@ def http_status_error(status: int, body: bytes) -> RequestFailed:
     """HTTP error status -> `http_4xx`/`http_5xx` with the server's message (shortened)."""
     kind = ErrorKind.HTTP_4XX if 400 <= status < 500 else ErrorKind.HTTP_5XX
     text = body[:300].decode("utf-8", "replace").strip()
-    return RequestFailed(kind, f"HTTP {status}: {text}", status=status)
+    return RequestFailed(
+        kind, f"HTTP {status}: {text}" if text else f"HTTP {status}", status=status
+    )
 
 
 def refused(url: str, why: str) -> ConnectionRefused:

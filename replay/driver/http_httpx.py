@@ -96,7 +96,7 @@ class HttpxTransport(LibraryTransport):
                 if resp.status_code >= 400:
                     raise http_status_error(resp.status_code, await resp.aread())
                 ctype = resp.headers.get("content-type", "")
-                streamed = ctype.startswith("text/event-stream")
+                streamed = ctype.lower().startswith("text/event-stream")  # case-blind (RFC 9110)
                 if streamed:
                     async for chunk in resp.aiter_raw():
                         acc.feed_bytes(chunk, loop.time())

@@ -368,15 +368,17 @@ def length_warnings(rows: Sequence[Mapping[str, Any]], summary: Mapping[str, Any
     n = summary["calls"]
     out = []
     for key, reported, sent, what in (
-        ("prompt_mismatches", "prompt_tokens_reported", "prompt_tokens", "prompt tokens"),
-        ("completion_mismatches", "completion_tokens", "max_tokens", "completion tokens"),
-    ):
+        ("prompt_mismatches", "prompt_tokens_reported", "prompt_tokens", "prompt tokens than sent"),
+        ("completion_mismatches", "completion_tokens", "max_tokens",
+         "completion tokens than asked for"),
+    ):  # fmt: skip
         bad = [r for r in rows if r.get(reported) is not None and r[reported] != r[sent]]
         if bad:
             r = bad[0]
             out.append(
-                f"{summary[key]} of {n} calls: the server reported other {what} than sent "
-                f"(first: {r['task']} call {r['call']}: sent {r[sent]}, reported {r[reported]}); "
+                f"{summary[key]} of {n} calls: the server reported other {what} "
+                f"(first: {r['task']} call {r['call']}: {'sent' if 'prompt' in key else 'asked'} "
+                f"{r[sent]}, reported {r[reported]}); "
                 "--strict fails the run on this"
             )
     if summary.get("usage_missing"):

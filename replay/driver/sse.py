@@ -16,6 +16,17 @@ from replay.protocol import CompletionResult
 __all__ = ["SseAccumulator", "parse_json"]
 
 
+def _error_kind(error: Any) -> ErrorKind:
+    """An in-stream error object's kind by the HTTP code it names: 4xx the request, else the
+    server (no code, or 5xx)."""
+    code = error.get("code") if isinstance(error, dict) else None
+    try:
+        status = int(code)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        status = 500
+    return ErrorKind.HTTP_4XX if 400 <= status < 500 else ErrorKind.HTTP_5XX
+
+
 class SseAccumulator:
     """Parses an OpenAI completions SSE stream (or a plain JSON body) into a `CompletionResult`.
 
@@ -36,7 +47,11 @@ class SseAccumulator:
         self._partial = b""
 
     def feed_bytes(self, data: bytes, now: float) -> None:
-        """Feed a raw chunk of the body; complete lines are parsed, a partial one is kept."""
+        """Feed a raw chunk of the body; complete lines are parsed, a partial one is kept.
+        Lines end in LF, CRLF or a bare CR (the SSE spec's three); a CRLF split over two chunks
+        gives an extra empty line, which the spec ignores anyway."""
+        if b"\r" in data:
+            data = data.replace(b"\r", b"\n")
         buf = self._partial + data if self._partial else data
         lines = buf.split(b"\n")
         self._partial = lines.pop()
@@ -49,16 +64,18 @@ class SseAccumulator:
             self.feed_line(line, now)
 
     def feed_line(self, line: bytes, now: float) -> None:
+        """One line: a `data:` line's JSON is one event (OpenAI-compatible servers send one
+        line an event); comments, other fields and a bare `data` are ignored, as the SSE spec
+        says. A JSON object spread over several `data:` lines is not joined (no server here
+        sends one): it fails as malformed."""
         line = line.strip()
-        if not line or line.startswith(b":"):
-            return
         if not line.startswith(b"data:"):
-            if line.startswith((b"event:", b"id:", b"retry:")):
-                return
-            raise RequestFailed(
-                ErrorKind.MALFORMED, f"unexpected line in event stream: {line[:80]!r}"
-            )
+            if line.startswith(b"\xef\xbb\xbfdata:"):  # a byte-order mark the spec allows
+                self.feed_line(line[3:], now)
+            return
         data = line[5:].strip()
+        if not data:
+            return
         if data == b"[DONE]":
             self.done = True
             return
@@ -70,8 +87,10 @@ class SseAccumulator:
                 ErrorKind.MALFORMED, f"expected a JSON object, got {type(obj).__name__}"
             )
         if "error" in obj and "choices" not in obj:
+            # how vLLM and SGLang report a failure after the 200 (with the HTTP code it would
+            # have had): the server failed while serving, not a response the client misread
             raise RequestFailed(
-                ErrorKind.MALFORMED, f"error object in stream: {str(obj['error'])[:200]}"
+                _error_kind(obj["error"]), f"error object in stream: {str(obj['error'])[:200]}"
             )
         self.chunks += 1
         choices = obj.get("choices")
@@ -80,8 +99,16 @@ class SseAccumulator:
                 raise RequestFailed(ErrorKind.MALFORMED, "`choices` is not a list of objects")
             choice = choices[0]
             ids = choice.get("token_ids")
-            if choice.get("text") or ids:
-                self._tokens_at(len(ids) if isinstance(ids, list) else 1, now)
+            if isinstance(ids, list):
+                n = len(ids)
+            else:
+                # no ids: a chunk with text is a token, and so is one with empty text that does
+                # not finish the stream (vLLM streams a token ending inside a UTF-8 character
+                # so); an empty chunk that carries only the finish reason is not
+                text = choice.get("text")
+                n = 1 if text or (text == "" and choice.get("finish_reason") is None) else 0
+            if n:
+                self._tokens_at(n, now)
             if isinstance(ids, list):
                 self.output_ids = (self.output_ids or []) + ids
         usage = obj.get("usage")
