@@ -104,3 +104,63 @@ def test_health_timeout_and_missing_binary(tmp_path):
     )
     with pytest.raises(EngineError, match="cannot start"):
         missing.start()
+
+
+def test_a_signal_while_stopping_kills_the_server_then_interrupts(tmp_path):
+    """Ctrl-C (or SIGTERM, SIGHUP) while a stubborn server is being stopped: the stop SIGKILLs
+    it at once instead of waiting out its grace, and the interrupt comes after the stop, so the
+    run can be recorded. Before, the interrupt broke out of the stop and left the server running."""
+    import signal
+    import threading
+
+    from replay.sweep.signals import interrupts_deferred
+
+    port = free_port()
+    child_file = tmp_path / "child"
+    spec = LaunchSpec(
+        argv=[sys.executable, "-c", SERVER, str(port), "stubborn", str(child_file)],
+        ready_timeout_s=30,
+    )
+    server = ServerProcess(spec, tmp_path / "server.log", "127.0.0.1", port)
+    server.start()
+    server.wait_ready()
+    child = int(child_file.read_text())
+    after_stop: list[bool] = []
+
+    def hurry() -> None:
+        server.hurry = True
+
+    timer = threading.Timer(0.5, lambda: os.kill(os.getpid(), signal.SIGINT))
+    t0 = time.monotonic()
+    with pytest.raises(KeyboardInterrupt), interrupts_deferred(on_signal=hurry):
+        timer.start()
+        server.stop(grace_s=30.0)
+        after_stop.append(True)  # reached: the signal did not break out of the stop
+    assert after_stop == [True] and time.monotonic() - t0 < 10  # not the 30 s grace
+    assert not pid_alive(server.pid) and not pid_alive(child) and server.exit_code == -9
+
+
+@pytest.mark.parametrize("sig", ["SIGTERM", "SIGHUP"])
+def test_sigterm_and_sighup_stop_a_sweep_as_ctrl_c(sig):
+    import signal
+
+    from replay.sweep.signals import sigterm_as_interrupt
+
+    with pytest.raises(KeyboardInterrupt), sigterm_as_interrupt():
+        signal.raise_signal(getattr(signal, sig))
+        time.sleep(1)
+    assert signal.getsignal(getattr(signal, sig)) is signal.SIG_DFL  # restored
+
+
+def test_an_ignored_hangup_stays_ignored():
+    """`nohup replay sweep ...`: SIGHUP ignored before the sweep stays ignored during it."""
+    import signal
+
+    from replay.sweep.signals import sigterm_as_interrupt
+
+    previous = signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    try:
+        with sigterm_as_interrupt():
+            signal.raise_signal(signal.SIGHUP)  # nothing happens
+    finally:
+        signal.signal(signal.SIGHUP, previous)

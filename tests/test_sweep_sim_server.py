@@ -288,3 +288,37 @@ def test_an_experiment_setting_max_model_len_launches(tmp_path):
     exp = make(tmp_path, name="mml", repeats=1, tiers="[0]", extra="max_model_len = 65536")
     result = run_sweep(exp, results_root=tmp_path / "r", echo=lambda s: None)
     assert [o.status for o in result.outcomes] == ["ok"]
+
+
+def test_a_fixed_port_already_listening_fails_the_run_before_the_launch(tmp_path, monkeypatch):
+    """Something answers on the experiment's fixed port (a stale server of another sweep or
+    user): the run measured it and was recorded `ok`. It now fails before anything is launched.
+    The simulator's server announces a port of its own choosing; launched here on the given port
+    instead, as engines without a ready file (vLLM, SGLang) are."""
+    import dataclasses
+    import socket
+
+    from replay.engines import registry, sim_engines
+
+    def on_given_port(options, host, port):
+        return dataclasses.replace(
+            sim_engines.launch_server(options, host, port), ready_file_flag=None
+        )
+
+    fixed = dataclasses.replace(sim_engines.SIM_SERVER, launch=on_given_port)
+    monkeypatch.setitem(registry.ENGINES, "sim-server", fixed)
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        exp = make(tmp_path, repeats=1, tiers="[0]")
+        path = Path(exp.source)
+        path.write_text(path.read_text() + f"\n[server]\nport = {port}\n")
+        exp = load_experiment(path)
+        result = run_sweep(exp, results_root=tmp_path / "results", echo=lambda s: None)
+    (outcome,) = result.outcomes
+    assert outcome.status == "failed" and f"port {port} on 127.0.0.1 is already in use" in (
+        outcome.reason or ""
+    )
+    assert sim_servers_of(os.getpid()) == []

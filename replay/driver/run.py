@@ -343,13 +343,15 @@ async def _main(
 
 
 class _SignalGuard:
-    """Owns SIGINT/SIGTERM for the whole of `run_replay` (main thread only; elsewhere the caller
+    """Owns SIGINT/SIGTERM/SIGHUP for the whole of `run_replay` (main thread only; elsewhere the caller
     handles signals). While the loop runs, the first signal stops sending and the second cancels
     calls in flight. A signal that comes while no loop runs (set-up, writing the results) is
     delivered again to the previous handler once the run directory is complete, so the caller
     (CLI, sweep) still sees its KeyboardInterrupt or SIGTERM."""
 
-    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+    # SIGHUP too: a closed terminal or a dropped ssh session stops the run as Ctrl-C does, with
+    # its files written, instead of killing it mid-write
+    SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
     def __init__(self) -> None:
         self.hits = 0

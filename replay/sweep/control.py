@@ -1,17 +1,15 @@
-"""Control-plane calls a sweep makes besides the replay: warm-up requests, a checked cache reset,
-and turning SIGTERM into the same clean stop as Ctrl-C."""
+"""Control-plane calls a sweep makes besides the replay: warm-up requests and a checked cache
+reset (and, re-exported, `sigterm_as_interrupt` from `replay.sweep.signals`)."""
 
 from __future__ import annotations
 
-import contextlib
-import signal
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
 
 from replay.errors import EngineError
 from replay.metrics.scrape import http_client
+from replay.sweep.signals import sigterm_as_interrupt  # the sweep's signals: replay.sweep.signals
 
 __all__ = ["warmup", "reset_and_check", "probe_cached_tokens", "sigterm_as_interrupt"]
 
@@ -94,22 +92,3 @@ def reset_and_check(url: str, reset_path: str, model: str | None, timeout_s: flo
             f"{url}{reset_path}: cache reset did not take effect ({after} probe tokens still cached)"
         )
     return True
-
-
-@contextlib.contextmanager
-def sigterm_as_interrupt() -> Iterator[None]:
-    """While active, SIGTERM raises KeyboardInterrupt like Ctrl-C, so `finally` blocks stop the
-    server instead of the process dying with its server still running. Main thread only."""
-
-    def handler(signum, frame):
-        raise KeyboardInterrupt
-
-    try:
-        previous = signal.signal(signal.SIGTERM, handler)
-    except ValueError:  # not the main thread
-        yield
-        return
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)

@@ -43,6 +43,21 @@ def free_port(host: str = "127.0.0.1") -> int:
         return s.getsockname()[1]
 
 
+def check_port_free(host: str, port: int) -> None:
+    """EngineError when something already listens on `host:port`: a server launched there could
+    not bind, and the run would measure whatever answers (a stale server of another sweep or
+    user, recorded `ok`)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.settimeout(1.0)
+        if s.connect_ex((host, port)) != 0:
+            return
+    raise EngineError(
+        f"port {port} on {host} is already in use: a server launched there would not bind and "
+        "the run would measure whatever answers; stop that process, or set [server] port = 0 "
+        "(a free port each run)"
+    )
+
+
 def log_tail(path: Path, lines: int = 40, max_bytes: int = 64 * 1024) -> str:
     """The last `lines` lines of a log file ('' when it does not exist)."""
     try:
@@ -102,6 +117,7 @@ class ServerProcess:
         self.pgid: int | None = None
         self.ready_file = log_path.parent / ".server.port" if spec.ready_file_flag else None
         self.exit_code: int | None = None
+        self.hurry = False  # set from a signal handler: `stop` SIGKILLs without its grace
 
     @property
     def argv(self) -> list[str]:
@@ -210,7 +226,7 @@ class ServerProcess:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(self.pgid, signal.SIGTERM)
         deadline = time.monotonic() + grace_s
-        while time.monotonic() < deadline:
+        while time.monotonic() < deadline and not self.hurry:
             # Workers may outlive their parent: wait for the whole group, not just the leader.
             if self.proc.poll() is not None and not group_alive(self.pgid):
                 break

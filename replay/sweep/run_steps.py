@@ -98,6 +98,11 @@ class _Launch:
     reason: str | None = None
     result_status: str | None = None
 
+    def hurry(self) -> None:
+        """A signal came while the server is being stopped: SIGKILL it rather than wait."""
+        if self.server is not None:
+            self.server.hurry = True
+
 
 class RunSteps:
     """One run's steps; `SweepRunner` is one, with the experiment, trace and node set."""
@@ -189,8 +194,14 @@ class RunSteps:
             st.reason = "interrupted before the replay finished"
             raise
         finally:
-            self._stop_server(st)
-            self._record(run_dir, planned, engine, st.info, st.status_override, st.reason, st.prov)
+            from replay.sweep.signals import interrupts_deferred
+
+            # a signal now cuts the stop's grace short and is raised once the run is recorded
+            with interrupts_deferred(on_signal=st.hurry):
+                self._stop_server(st)
+                self._record(
+                    run_dir, planned, engine, st.info, st.status_override, st.reason, st.prov
+                )
         doc = read_json(run_dir / "run.json") or {}
         return RunOutcome(planned.rel_dir, str(doc.get("status")), st.reason)
 
@@ -210,6 +221,10 @@ class RunSteps:
             port = 0  # the server binds a free port itself and announces it
             spec = adapter.launch(options, self.exp.host, port)
         assert spec is not None
+        if self.exp.port and port:  # a fixed port: nothing may answer there before our server
+            from replay.sweep.lifecycle import check_port_free
+
+            check_port_free(self.exp.host, port)
         from replay.sweep.lifecycle import ServerProcess
 
         ready_s = self.exp.timeouts.ready_s or spec.ready_timeout_s

@@ -140,7 +140,10 @@ class SweepRunner(RunSteps):
     def run(self, execute: Execute | None = None) -> SweepResult:
         """Prepare the results directory, run the planned runs with `execute` (default: one
         after another here; the Ray backend spreads them over a cluster), write the summary."""
-        with exclusive_lock(self.exp_dir):
+        from replay.sweep.signals import sigterm_as_interrupt
+
+        # SIGTERM or SIGHUP during the preparation too stops as Ctrl-C does (exit 130, said)
+        with exclusive_lock(self.exp_dir), sigterm_as_interrupt():
             return self._run_locked(execute or run_in_order)
 
     def predict(self) -> None:
@@ -156,7 +159,6 @@ class SweepRunner(RunSteps):
     def _run_locked(self, execute: Execute) -> SweepResult:
         # imported here, not at the top: a Ray worker imports this module to run one run, and
         # needs neither the HTTP client (launched servers only) nor pandas (the summary)
-        from replay.sweep import control
         from replay.sweep.lifecycle import stop_leftover_servers
         from replay.sweep.summary import write_summary
 
@@ -182,8 +184,7 @@ class SweepRunner(RunSteps):
         outcomes: list[RunOutcome] = []
         interrupted = False
         try:
-            with control.sigterm_as_interrupt():
-                interrupted = execute(self, planned, outcomes)
+            interrupted = execute(self, planned, outcomes)
         except KeyboardInterrupt:
             interrupted = True
         finally:
