@@ -293,3 +293,27 @@ def test_a_sweep_says_what_it_prepares_before_its_first_run(tmp_path, capsys):
     assert lines[2].startswith("[1/")
     code, out, _ = run_cli(["sweep", str(path), "--results", str(results)], capsys)
     assert code == 0 and "predicting" not in out  # predictions.json is written once
+
+
+def test_force_with_a_changed_experiment_sets_the_old_runs_aside(tmp_path):
+    """--force with fewer points and repeats: the old runs outside the new plan are moved to
+    replaced-<time>/ (nothing deleted), so the summary and the report hold this experiment's
+    runs only. Before, they mixed 6 runs into a 2-run plan."""
+    from replay.analysis.load import load_results
+    from replay.sweep.runner import run_sweep
+
+    results = tmp_path / "results"
+    path = tmp_path / "d.toml"
+    path.write_text(SIM_TEMPLATE)  # 2 repeats x tiers 0, 2
+    run_sweep(load_experiment(path), results_root=results, echo=lambda s: None)
+    path.write_text(SIM_TEMPLATE.replace("repeats = 2", "repeats = 1").replace("[0, 2]", "[0]"))
+    said: list[str] = []
+    run_sweep(load_experiment(path), results_root=results, force=True, echo=said.append)
+    exp_dir = results / "d"
+    assert len(pd.read_parquet(exp_dir / "summary.parquet")) == 1
+    assert len(load_results(exp_dir).runs) == 1
+    (aside,) = exp_dir.glob("replaced-*")
+    moved = sorted(str(p.parent.relative_to(aside)) for p in aside.glob("*/*/run.json"))
+    assert moved == ["host_tier_gib=0/r1", "host_tier_gib=2/r0", "host_tier_gib=2/r1"]
+    assert not (exp_dir / "host_tier_gib=2").exists()
+    assert any("moved 3 run directories" in s for s in said)

@@ -3,6 +3,7 @@ pre-register the working-set predictions (predictions.json), which no run ever r
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 from collections.abc import Mapping
@@ -72,6 +73,31 @@ def keep_experiment_file(exp: Experiment, exp_dir: Path, *, force: bool) -> None
             "or give the experiment a new name",
         )
     write_bytes_atomic(kept, text)
+
+
+def set_aside_unplanned(exp_dir: Path, planned_dirs: set[str]) -> tuple[Path, int] | None:
+    """Move the run directories that are not in `planned_dirs` (`<point>/<repeat>` of the
+    experiment now run) into `replaced-<UTC time>/` beside them, keeping their layout: with
+    --force and a changed experiment they belonged to the file it replaced, and the summary and
+    the report (which read every `<point>/<repeat>/`) mixed them into this one's. Nothing is
+    deleted. Returns (folder, how many moved), or None when every run directory is planned."""
+    import datetime as dt
+
+    stale = sorted(
+        {f.parent for f in exp_dir.glob("*/*/*") if f.name in RUN_FILES}
+        - {exp_dir / d for d in planned_dirs}
+    )
+    if not stale:
+        return None
+    stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
+    dest = exp_dir / f"replaced-{stamp}"
+    for run_dir in stale:
+        target = dest / run_dir.relative_to(exp_dir)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        run_dir.rename(target)
+        with contextlib.suppress(OSError):
+            run_dir.parent.rmdir()  # the point's folder, once its last repeat is gone
+    return dest, len(stale)
 
 
 def _holds_runs(exp_dir: Path) -> bool:

@@ -27,7 +27,12 @@ from replay.errors import ReplayError
 from replay.status import RunStatus
 from replay.sweep.config import Experiment
 from replay.sweep.plan import PlannedRun, plan_runs
-from replay.sweep.prepare import keep_experiment_file, load_trace, write_predictions
+from replay.sweep.prepare import (
+    keep_experiment_file,
+    load_trace,
+    set_aside_unplanned,
+    write_predictions,
+)
 from replay.sweep.results import (
     ResultsWriteError,
     clear_run_dir,
@@ -177,6 +182,13 @@ class SweepRunner(RunSteps):
             require_ready(self.exp, self.trace, self.exp_dir)  # a failure stops the sweep here
             self.predict()
         planned = plan_runs(self.exp, self.order)
+        if self.force:  # a changed experiment's runs are set aside, not mixed into this one's
+            moved = set_aside_unplanned(self.exp_dir, {p.rel_dir for p in planned})
+            if moved is not None:
+                self.echo(
+                    f"{self.exp.name}: moved {moved[1]} run directories not in this experiment's "
+                    f"plan to {moved[0]}"
+                )
         write_json_atomic(
             self.exp_dir / PLAN_FILE,
             {"experiment": self.exp.name, "runs": sorted(p.rel_dir for p in planned)},
