@@ -129,3 +129,26 @@ def test_cli_vs_a_real_sweep_or_a_missing_directory_is_one_line_and_exit_2(pair,
         assert done.stderr.startswith("replay: ") and "Traceback" not in done.stderr
         assert why in done.stderr and len(done.stderr.strip().splitlines()) == 1
     assert (measured / "report.md").exists() == before  # nothing written
+
+
+def test_a_twin_of_another_trace_is_said(tmp_path):
+    """The simulated sweep replayed another trace (a different synth seed): its errors of -25% to
+    +466% were printed as the simulator's, with no word."""
+    summary = {"makespan_s": 10.0, "calls": 10, "prompt_tokens": 100, "computed_prefill_tokens": 90}
+
+    def sweep(root: Path, engine: str, sha: str) -> Path:
+        root.mkdir(parents=True)
+        (root / "experiment.toml").write_text(f'name = "{root.name}"\n')
+        write_run(root, {TIER: 0}, 0, summary=summary, engine=engine,
+                  provenance={"trace_sha256": sha, "engine": engine})  # fmt: skip
+        return root
+
+    measured = sweep(tmp_path / "m", "llamacpp", "a" * 64)
+    same = sweep(tmp_path / "s1", "sim", "a" * 64)
+    other = sweep(tmp_path / "s2", "sim", "b" * 64)
+    m = analyse(load_results(measured))
+    assert "different traces" not in "\n".join(
+        simulated_section(m.runs, analyse(load_results(same)).runs, same)
+    )
+    text = "\n".join(simulated_section(m.runs, analyse(load_results(other)).runs, other))
+    assert "**The two sweeps replayed different traces** (sha256 aaaaaaaaaaaa measured" in text

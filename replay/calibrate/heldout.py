@@ -44,6 +44,41 @@ from replay.sim.fitted_cost import FittedCosts, costs_toml
 __all__ = ["calibrate", "sim_options_for", "servers_for"]
 
 _SIM_ENGINES = ("sim", "sim-server")
+# The llama.cpp personality restores a whole prompt in one copy and charges its per-chunk cost
+# once (`replay.sim.engine`): one "chunk" a restore, which a chunk this long gives the fit.
+WHOLE_PROMPT_CHUNK_TOKENS = 1 << 62
+
+
+def fit_shape(engine: str, options: Mapping[str, Any]) -> tuple[int, int, int]:
+    """(seats, restore chunk tokens, step token budget) the fit models one point's runs with."""
+    chunk = 0
+    if engine in _SIM_ENGINES:
+        from replay.sim.options import SimConfig
+
+        cfg = SimConfig.from_options(**options)
+        chunk = WHOLE_PROMPT_CHUNK_TOKENS if cfg.personality == "llamacpp" else cfg.chunk_tokens
+    batch = int(options.get("batch_tokens") or options.get("max_num_batched_tokens") or 0)
+    batch = batch or (2048 if engine == "llamacpp" else 8192)
+    return servers_for(engine, options), chunk, batch
+
+
+def _check_same_trace(src: str, trace: Any, run_dirs: Sequence[Path]) -> None:
+    """Every run replayed the experiment's trace as it is now (its run.json's sha256): runs of
+    another trace were fitted and compared against this one's simulation without a word."""
+    from replay.analysis.trace_ids import trace_sha256_of
+    from replay.driver.run import trace_sha256
+
+    want = trace_sha256(trace)
+    if want is None:  # a trace file that cannot be read again: nothing to compare with
+        return
+    for run_dir in run_dirs:
+        got = trace_sha256_of(run_dir)
+        if got is not None and got != want:
+            raise ConfigError(
+                src, "trace", f"{run_dir.name} of {run_dir.parent.name} replayed another trace "
+                f"(sha256 {got[:12]}...) than the experiment's now ({want[:12]}...): restore the "
+                "trace it ran, or run the sweep again",
+            )  # fmt: skip
 
 
 def servers_for(engine: str, options: Mapping[str, Any]) -> int:
@@ -190,6 +225,7 @@ def calibrate(
         if not results.points[name].run_dirs:
             raise ConfigError(src, "--fit", f"point {name!r} has no finished (ok) run to fit")
     trace = load_trace(exp)
+    _check_same_trace(src, trace, [d for p in results.points.values() for d in p.run_dirs])
     resolved = {n: exp.resolve(p.point) for n, p in results.points.items()}
     engines = {engine for engine, _, _ in resolved.values()}
     if len(engines) != 1:
@@ -211,15 +247,18 @@ def calibrate(
             if name in fit_points:
                 runs.append(rows)
         measured[name] = {k: _mean([t[k] for t in totals]) for k in totals[0]} if totals else {}
-    _, fit_options, _ = resolved[fit_points[0]]
-    chunk = 0
-    if engine in _SIM_ENGINES:
-        from replay.sim.options import SimConfig
-
-        chunk = SimConfig.from_options(**fit_options).chunk_tokens
-    batch = int(fit_options.get("batch_tokens") or fit_options.get("max_num_batched_tokens") or 0)
-    batch = batch or (2048 if engine == "llamacpp" else 8192)
-    servers = servers_for(engine, fit_options)
+    shapes = {name: fit_shape(engine, resolved[name][1]) for name in fit_points}
+    if len(set(shapes.values())) > 1:  # one fit models every fitted run with one shape
+        said = "; ".join(
+            f"{n}: {s} seats, chunk {c if c != WHOLE_PROMPT_CHUNK_TOKENS else 'whole prompt'}, "
+            f"step budget {b}"
+            for n, (s, c, b) in shapes.items()
+        )
+        raise ConfigError(
+            src, "--fit", f"the fit points differ in how the engine serves ({said}): fit points "
+            "of one configuration, and hold the others out",
+        )  # fmt: skip
+    servers, chunk, batch = shapes[fit_points[0]]
     fit = fit_costs(
         runs, servers, chunk_tokens=chunk, batch_tokens=batch, per_run_speed=per_run_speed
     )

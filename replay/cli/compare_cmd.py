@@ -51,21 +51,6 @@ def load_side(path: str):
     )
 
 
-def traces_of(runs) -> set[str]:
-    """The sha256 of the trace each run replayed (run.json provenance; unreadable runs skipped)."""
-    import orjson
-
-    found = set()
-    for run_dir in runs.get("run_dir", []):
-        try:
-            prov = orjson.loads((Path(run_dir) / "run.json").read_bytes()).get("provenance") or {}
-        except (OSError, orjson.JSONDecodeError, AttributeError):
-            continue
-        if prov.get("trace_sha256"):
-            found.add(str(prov["trace_sha256"]))
-    return found
-
-
 def _num(v: float) -> str:
     return "-" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.6g}"
 
@@ -99,8 +84,10 @@ def command(a: str, b: str, alpha: float, csv_out: str | None) -> None:
 
     if not 0 < alpha < 1:
         raise ConfigError("compare", "--alpha", f"must be between 0 and 1, got {alpha}")
+    from replay.analysis.trace_ids import traces_of
+
     side_a, side_b = load_side(a), load_side(b)
-    traces_a, traces_b = traces_of(side_a), traces_of(side_b)
+    traces_a, traces_b = traces_of(side_a.get("run_dir", [])), traces_of(side_b.get("run_dir", []))
     if traces_a and traces_b and traces_a != traces_b:
         click.echo(
             f"replay: note: A and B replayed different traces (sha256 "

@@ -42,7 +42,7 @@ from replay.protocol import Transport
 from replay.status import CallStatus, RunStatus
 from replay.trace.model import Trace
 
-__all__ = ["run_replay", "EXIT_CODES", "exit_code", "quiet_gc", "freeze_setup"]
+__all__ = ["run_replay", "EXIT_CODES", "exit_code", "quiet_gc", "freeze_setup", "trace_sha256"]
 
 # run.json status -> process exit code (`errors` still finished; the sweep reads the status)
 EXIT_CODES: dict[str, int] = {
@@ -389,8 +389,7 @@ class _SignalGuard:
 def _provenance(trace: Trace, extra: Mapping[str, Any] | None, virtual: bool) -> dict[str, Any]:
     prov: dict[str, Any] = {
         "trace": trace.path,
-        "trace_sha256": trace.sha256
-        or (_sha256(trace.path) if trace.path else _content_sha256(trace)),
+        "trace_sha256": trace_sha256(trace),
         "trace_calls": len(trace),
         "argv": list(sys.argv),
         "versions": _versions(),
@@ -416,6 +415,12 @@ def _load_average() -> list[float] | None:
         return [round(v, 2) for v in os.getloadavg()]
     except (AttributeError, OSError):
         return None
+
+
+def trace_sha256(trace: Trace) -> str | None:
+    """The sha256 a run records for its trace: of the file's bytes, or of the JSONL text of a
+    generated trace (`replay.analysis.trace_ids` reads it back)."""
+    return trace.sha256 or (_sha256(trace.path) if trace.path else _content_sha256(trace))
 
 
 def _content_sha256(trace: Trace) -> str:

@@ -75,6 +75,18 @@ def simulated_section(
         "lies in the measured 95% interval.",
         "",
     ]
+    from replay.analysis.trace_ids import traces_of
+
+    seen_m = traces_of(measured_runs.get("run_dir", []))
+    seen_s = traces_of(simulated_runs.get("run_dir", []))
+    if seen_m and seen_s and seen_m != seen_s:
+        lines += [
+            f"**The two sweeps replayed different traces** (sha256 "
+            f"{', '.join(sorted(t[:12] for t in seen_m))} measured, "
+            f"{', '.join(sorted(t[:12] for t in seen_s))} simulated): the errors below are the "
+            "workload's as much as the simulator's.",
+            "",
+        ]
     rows = []
     for point in meas_points:
         if point not in sim_points:
