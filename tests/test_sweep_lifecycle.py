@@ -164,3 +164,41 @@ def test_an_ignored_hangup_stays_ignored():
             signal.raise_signal(signal.SIGHUP)  # nothing happens
     finally:
         signal.signal(signal.SIGHUP, previous)
+
+
+def test_the_warm_up_is_bounded_by_the_runs_time(tmp_path):
+    """A server that answers each warm-up request slowly (here 0.3 s; one hung after its health
+    check: 600 s a request) stops the warm-up at the run's time limit, not after every request."""
+    import http.server
+    import json
+    import threading
+
+    from replay.sweep.control import warmup
+
+    class Slow(http.server.BaseHTTPRequestHandler):
+        def do_POST(self):
+            self.rfile.read(int(self.headers["Content-Length"]))
+            time.sleep(0.3)
+            body = json.dumps({"choices": [{"text": "x"}], "usage": {}}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *a):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Slow)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        t0 = time.monotonic()
+        with pytest.raises(EngineError, match="warm-up took longer than timeouts.run_s = 0.5 s"):
+            warmup(url, None, 50, timeout_s=5.0, total_s=0.5)
+        assert time.monotonic() - t0 < 3.0  # not 50 x 0.3 s
+        with pytest.raises(EngineError, match="control request failed: ReadTimeout"):
+            warmup(url, None, 1, timeout_s=0.1)  # one request, past its own limit
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -38,11 +38,26 @@ def _complete(client: httpx.Client, url: str, model: str | None, prompt: list[in
         raise EngineError(f"{url}/v1/completions: response is not JSON") from None
 
 
-def warmup(url: str, model: str | None, requests: int, timeout_s: float = 600.0) -> None:
+def warmup(
+    url: str,
+    model: str | None,
+    requests: int,
+    timeout_s: float = 600.0,
+    total_s: float | None = None,
+) -> None:
     """Send `requests` short completions (distinct prompts) so one-time costs (compilation,
-    graph capture, allocator growth) happen before the measured replay."""
+    graph capture, allocator growth) happen before the measured replay; each waits at most
+    `timeout_s`, all of them at most `total_s` (EngineError past it)."""
+    import time
+
+    deadline = None if total_s is None else time.monotonic() + total_s
     with http_client(url, timeout_s) as client:
         for i in range(requests):
+            if deadline is not None and time.monotonic() > deadline:
+                raise EngineError(
+                    f"{url}: warm-up took longer than timeouts.run_s = {total_s:g} s "
+                    f"({i} of {requests} requests answered)"
+                )
             _complete(client, url, model, [(7 * i + k) % 1000 + 1 for k in range(32)], 1)
 
 

@@ -172,11 +172,14 @@ class RunSteps:
         from replay.sweep import control as ctl
 
         model = _served_model(options)
-        ctl.warmup(url, model, self.exp.warmup.requests)
+        # bounded by timeouts.run_s too: a server hung after it was healthy held the sweep here
+        # for 600 s a warm-up request, past every configured timeout
+        run_s = self.exp.timeouts.run_s
+        ctl.warmup(url, model, self.exp.warmup.requests, timeout_s=min(600.0, run_s), total_s=run_s)
         reset_path = options.get("reset_path") or adapter.reset_path
         wanted = self.exp.warmup.reset_cache and (external or self.exp.warmup.requests > 0)
         if reset_path and wanted:
-            ctl.reset_and_check(url, str(reset_path), model)
+            ctl.reset_and_check(url, str(reset_path), model, timeout_s=min(120.0, run_s))
 
     def _run_launched(self, planned: PlannedRun, run_dir: Path, engine: str, options, run):
         """One run against a server: reach it (launch, or the user's URL), check it, replay,
