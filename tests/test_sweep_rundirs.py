@@ -317,3 +317,31 @@ def test_force_with_a_changed_experiment_sets_the_old_runs_aside(tmp_path):
     assert moved == ["host_tier_gib=0/r1", "host_tier_gib=2/r0", "host_tier_gib=2/r1"]
     assert not (exp_dir / "host_tier_gib=2").exists()
     assert any("moved 3 run directories" in s for s in said)
+
+
+def test_a_failure_that_quotes_the_log_is_one_line_and_an_interrupt_outside_a_replay_is_said():
+    """A reason with the server log's tail spilled 4-5 lines into the progress; an interrupt
+    during a launch, a health wait or a stop left no `[i/n] ...: interrupted` line and a final
+    line reading `name: ; summary: ...`."""
+    from types import SimpleNamespace
+
+    from replay.sweep.runner import RunOutcome, outcome_line, run_in_order
+
+    line = outcome_line(
+        1, 2, RunOutcome("p/r0", "failed", "server exited (code 2):\nusage: x\nerr")
+    )
+    assert line == (
+        "[1/2] p/r0: failed (server exited (code 2); the server log's tail is in run.json)"
+    )
+    said: list[str] = []
+
+    def run_one(p):
+        raise KeyboardInterrupt
+
+    runner = SimpleNamespace(run_one=run_one, echo=said.append)
+    planned = [SimpleNamespace(rel_dir="p/r0"), SimpleNamespace(rel_dir="p/r1")]
+    outcomes: list = []
+    with pytest.raises(KeyboardInterrupt):
+        run_in_order(runner, planned, outcomes)  # type: ignore[arg-type]
+    assert [o.status for o in outcomes] == ["interrupted"]
+    assert said == ["[1/2] p/r0: interrupted"]

@@ -77,7 +77,7 @@ def command(
         counts[o.status] = counts.get(o.status, 0) + 1
     click.echo(
         f"{exp.name}: "
-        + ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
+        + (", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or "no run")
         + f"; summary: {result.exp_dir / 'summary.parquet'}"
     )
     for o in result.failed:

@@ -216,7 +216,10 @@ Execute = Callable[[SweepRunner, list[PlannedRun], list[RunOutcome]], bool]
 
 def outcome_line(i: int, total: int, outcome: RunOutcome) -> str:
     """`[i/total] <point>/<repeat>: status (why)`, the line a sweep prints per finished run."""
-    why = f" ({outcome.reason})" if outcome.reason and outcome.status != RunStatus.OK else ""
+    reason = outcome.reason or ""
+    if "\n" in reason:  # a reason that quotes the server's log: its first line here, the rest
+        reason = reason.split("\n", 1)[0].rstrip(": ") + "; the server log's tail is in run.json"
+    why = f" ({reason})" if reason and outcome.status != RunStatus.OK else ""
     return f"[{i}/{total}] {outcome.rel_dir}: {outcome.status}{why}"
 
 
@@ -227,7 +230,15 @@ def run_in_order(
     eta = SweepEta(len(planned))
     for i, p in enumerate(planned, 1):
         t0 = time.monotonic()
-        outcome = runner.run_one(p)
+        try:
+            outcome = runner.run_one(p)
+        except KeyboardInterrupt:
+            # out of a launch, a health wait or a server's stop: the run is recorded interrupted
+            # (run_one's own finally); say so here too, as a replay's interrupt is said
+            outcome = RunOutcome(p.rel_dir, RunStatus.INTERRUPTED, None)
+            outcomes.append(outcome)
+            runner.echo(outcome_line(i, len(planned), outcome))
+            raise
         outcomes.append(outcome)
         eta.done(time.monotonic() - t0, skipped=outcome.status == "skipped")
         runner.echo(f"{outcome_line(i, len(planned), outcome)}{eta}")
