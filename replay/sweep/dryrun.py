@@ -55,6 +55,9 @@ def dry_run_plan(exp: Experiment, order: str | None = None) -> list[dict[str, An
                 entry["note"] = "port 8000 shown; [server] port = 0 picks a free port per run"
             entry["argv"] = argv
             entry["env"] = dict(spec.env)
+            if "PROMETHEUS_MULTIPROC_DIR" in spec.env:  # each run gets its own, empty
+                run_dir = Path(exp.results_dir) / exp.name / name / planned.repeat_name
+                entry["env"]["PROMETHEUS_MULTIPROC_DIR"] = str(run_dir.resolve() / "prometheus")
             entry["health"] = spec.health_path
         seen[name] = entry
     return list(seen.values())

@@ -233,9 +233,13 @@ class RunSteps:
         ready_s = self.exp.timeouts.ready_s or spec.ready_timeout_s
         server = ServerProcess(spec, run_dir / "server.log", self.exp.host, port)
         st.server = server
-        st.prov = provenance.collect(adapter, options, argv=server.argv, env=spec.env)
+        per_run = _per_run_env(spec.env, run_dir)
+        # the environment as launched: the per-run values, not the adapter's placeholders
+        st.prov = provenance.collect(
+            adapter, options, argv=server.argv, env={**spec.env, **per_run}
+        )
         st.prov["trace_spec"] = self.exp.trace.describe()
-        server.start(_per_run_env(spec.env, run_dir))
+        server.start(per_run)
         st.info = {"pid": server.pid, "pgid": server.pgid, "argv": server.argv}
         server.wait_ready(ready_s)
         st.info["url"] = server.base_url
