@@ -223,7 +223,10 @@ def calibrate(
             valid = ", ".join(results.points)
             raise ConfigError(src, "--fit", f"no point {name!r}; valid: {valid}")
         if not results.points[name].run_dirs:
-            raise ConfigError(src, "--fit", f"point {name!r} has no finished (ok) run to fit")
+            raise ConfigError(
+                src, "--fit", f"point {name!r} has no run that ended ok to fit (a run with failed "
+                "calls, status errors, is left out, as the report leaves it out of its statistics)",
+            )  # fmt: skip
     trace = load_trace(exp)
     _check_same_trace(src, trace, [d for p in results.points.values() for d in p.run_dirs])
     resolved = {n: exp.resolve(p.point) for n, p in results.points.items()}
