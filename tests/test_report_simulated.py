@@ -152,3 +152,19 @@ def test_a_twin_of_another_trace_is_said(tmp_path):
     )
     text = "\n".join(simulated_section(m.runs, analyse(load_results(other)).runs, other))
     assert "**The two sweeps replayed different traces** (sha256 aaaaaaaaaaaa measured" in text
+
+
+def test_quantities_the_measured_engine_does_not_report_are_named(tmp_path):
+    """llama.cpp reports no restores: the measured column was `-` with `0 / 1` runs, which read
+    as runs missing; the section now names what the engine does not count."""
+    summary = {"makespan_s": 10.0, "calls": 10, "prompt_tokens": 100, "computed_prefill_tokens": 90}
+    measured = tmp_path / "m"
+    simulated = tmp_path / "s"
+    for root, engine, extra in ((measured, "llamacpp", {"host_restore_tokens": None}),
+                                (simulated, "sim", {"host_restore_tokens": 5})):  # fmt: skip
+        root.mkdir()
+        (root / "experiment.toml").write_text(f'name = "{root.name}"\n')
+        write_run(root, {TIER: 0}, 0, summary={**summary, **extra}, engine=engine)
+    m, s = analyse(load_results(measured)), analyse(load_results(simulated))
+    text = "\n".join(simulated_section(m.runs, s.runs, simulated))
+    assert "Not reported by the measured runs" in text and "host restores" in text

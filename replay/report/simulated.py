@@ -88,6 +88,7 @@ def simulated_section(
             "",
         ]
     rows = []
+    unreported: dict[str, None] = {}  # quantities no measured run gave (ordered set)
     for point in meas_points:
         if point not in sim_points:
             continue
@@ -99,6 +100,8 @@ def simulated_section(
             s = describe(pd.to_numeric(s_pt[col], errors="coerce").tolist())
             if m.n == 0 and s.n == 0:
                 continue
+            if m.n == 0:
+                unreported[METRIC_NAMES.get(col, col)] = None
             ci = "" if math.isnan(m.ci_low) else f" [{fmt_num(m.ci_low)}–{fmt_num(m.ci_high)}]"
             inside = (
                 "-"
@@ -127,6 +130,14 @@ def simulated_section(
             "inside",
         ]
         lines += md_table(header, rows)
+        if unreported:
+            lines += [
+                "Not reported by the measured runs (their engine does not count it; llama.cpp "
+                "gives only a call's total reuse, which `replay calibrate` splits with the "
+                "whole-prompt model): " + ", ".join(unreported) + ". Their `-` is no measurement, "
+                "not a zero.",
+                "",
+            ]
     else:
         lines += ["No point of the simulated sweep has the name of a measured point.", ""]
     only_meas = [p for p in meas_points if p not in sim_points]
