@@ -220,6 +220,20 @@ def test_simulator_engines_skip_the_engine_checks(tmp_path):
     assert set(got) == {"sim engine", "results disk"}
 
 
+@pytest.mark.parametrize(
+    ("python", "status"), [(sys.executable, "ok"), ("/nonexistent/python", "fail")]
+)
+def test_the_simulators_server_needs_its_interpreter(tmp_path, python, status):
+    """A sim-server experiment whose `python` is no executable failed every run while doctor
+    passed it."""
+    text = (REPO / "experiments" / "quick.toml").read_text()
+    text = text.replace('kind = "sim"', f'kind = "sim-server"\npython = "{python}"')
+    path = tmp_path / "q.toml"
+    path.write_text(text)
+    got = checks_of(load_experiment(path))
+    assert got["sim-server engine"].status == status
+
+
 def test_require_ready_raises_once_naming_every_failure(tmp_path):
     exp = experiment(tmp_path, python=str(tmp_path / "none"), trace_vocab=32000)
     with pytest.raises(ConfigError) as e:

@@ -336,7 +336,10 @@ def run_checks(
     machine = machine or Machine()
     checks: list[Check] = []
     for kind, options, tier_gib in _setups(exp, points).values():
-        if get_engine(kind).in_process or kind in ("sim-server", "external"):
+        if kind == "sim-server":
+            checks.append(_sim_server_python(options))
+            continue
+        if get_engine(kind).in_process or kind == "external":
             checks.append(Check(f"{kind} engine", "skip", "no engine environment to check"))
             continue
         if kind not in ENGINE_PACKAGES:
@@ -377,6 +380,20 @@ def run_checks(
         )
     )
     return checks
+
+
+def _sim_server_python(options) -> Check:
+    """The simulator's server runs this project under `python` (default: this interpreter): a
+    path that is no executable failed every run, and doctor said nothing."""
+    import os
+    import shutil
+    import sys
+
+    python = str(options.get("python") or sys.executable)
+    found = shutil.which(python) if os.sep not in python else python
+    if found is None or not os.access(found, os.X_OK) or not Path(found).is_file():
+        return Check("sim-server engine", "fail", f"python {python!r} is not an executable file")
+    return Check("sim-server engine", "ok", f"runs `replay sim serve` under {found}")
 
 
 def _file_in_the_way(path: Path) -> Path | None:
