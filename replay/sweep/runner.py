@@ -240,8 +240,10 @@ def run_in_order(
             runner.echo(outcome_line(i, len(planned), outcome))
             raise
         outcomes.append(outcome)
-        eta.done(time.monotonic() - t0, skipped=outcome.status == "skipped")
-        runner.echo(f"{outcome_line(i, len(planned), outcome)}{eta}")
+        skipped = outcome.status == "skipped"
+        eta.done(time.monotonic() - t0, skipped=skipped)
+        # a skipped run's line carried the last run's time as if its own
+        runner.echo(outcome_line(i, len(planned), outcome) + ("" if skipped else str(eta)))
         if outcome.status == RunStatus.INTERRUPTED:
             return True
     return False
