@@ -209,6 +209,12 @@ def test_calibrate_a_simulated_sweep_predicts_its_other_points(tmp_path, capsys,
         # the costs written over the experiment file broke the folder they were fitted to
         (["calibrate", ".", "--fit", "a", "-o", "experiment.toml"], "is part of the results"),
         (["calibrate", ".", "--fit", "a", "-o", "p=1/r0/c.toml"], "is part of the results"),
+        # refused before the fit, naming -o (it failed after the fit as "/tmp: Is a directory")
+        (["calibrate", "nowhere", "--fit", "a", "-o", "/"], "-o: '/' is a directory"),
+        (
+            ["calibrate", "nowhere", "--fit", "a", "-o", "no/such/c.toml"],
+            "'no/such' does not exist",
+        ),
     ],
 )
 def test_bad_calibrate_input_is_one_line_and_exit_2(argv, needle, tmp_path, capsys, monkeypatch):

@@ -109,6 +109,11 @@ def _check_out(out: Path, results_dir: Path) -> None:
             "calibrate", "-o", f"{str(out)!r} is part of the results in {str(results_dir)!r}; "
             "write the costs elsewhere (a new file name there is fine)",
         )  # fmt: skip
+    # before the fit, not after it: a folder, or a file in a missing folder, failed only then
+    if out.is_dir():
+        raise ConfigError("calibrate", "-o", f"{str(out)!r} is a directory; name a costs file")
+    if not out.parent.is_dir():
+        raise ConfigError("calibrate", "-o", f"{str(out.parent)!r} does not exist; make it first")
 
 
 @click.command("calibrate")
