@@ -61,7 +61,11 @@ def load_costs(path: str | Path) -> FittedCosts:
     try:
         data = tomllib.loads(p.read_text(encoding="utf-8"))
     except OSError as e:
-        raise ConfigError(str(p), None, f"cannot read costs file: {e.strerror or e}") from None
+        # the path in the words too: an experiment's loader keeps only these
+        where = "" if p.is_absolute() else f" (relative to {Path.cwd()})"
+        raise ConfigError(
+            str(p), None, f"cannot read costs file {str(p)!r}{where}: {e.strerror or e}"
+        ) from None
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(str(p), None, f"not valid TOML: {e}") from None
     table = data.get("costs")
@@ -91,7 +95,7 @@ def _toml_value(v: Any) -> str:
 
 def costs_toml(costs: FittedCosts, fit: dict[str, Any] | None = None) -> str:
     """The costs file's text: `[costs]`, then `[fit]` (scalars and lists of scalars only)."""
-    lines = ["# written by replay calibrate: the simulator's costs fitted to a real engine", ""]
+    lines = ["# written by replay calibrate: the simulator's costs fitted to an engine's runs", ""]
     lines.append("[costs]")
     lines += [f"{k} = {_toml_value(v)}" for k, v in costs.to_dict().items()]
     if fit:
