@@ -212,6 +212,10 @@ def test_calibrate_a_simulated_sweep_predicts_its_other_points(tmp_path, capsys,
         # refused before the fit, naming -o (it failed after the fit as "/tmp: Is a directory")
         (["calibrate", "nowhere", "--fit", "a", "-o", "/"], "-o: '/' is a directory"),
         (
+            ["calibrate", "nowhere", "--fit", "a", "--fit", "a", "-o", "c.toml"],
+            "a given more than once",
+        ),
+        (
             ["calibrate", "nowhere", "--fit", "a", "-o", "no/such/c.toml"],
             "'no/such' does not exist",
         ),

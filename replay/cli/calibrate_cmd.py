@@ -158,6 +158,9 @@ def command(
 
     check_orders(orders)  # before the results are read: a bad count is the first thing said
     _check_out(Path(out), Path(results_dir))
+    twice = sorted({p for p in fit_points if fit_points.count(p) > 1})
+    if twice:  # its runs would be fitted twice over, and the point listed twice
+        raise ConfigError("calibrate", "--fit", f"{', '.join(twice)} given more than once")
 
     report = calibrate(read_results(results_dir), list(fit_points), out, per_run_speed, orders)
     if as_json:
