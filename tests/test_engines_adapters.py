@@ -114,8 +114,8 @@ def test_dry_run_lists_exact_argv_and_env_for_every_point(name):
         # the environment as a run gets it: LMCache's multiprocess metrics go to the run folder
         env = dict(spec.env)
         if "PROMETHEUS_MULTIPROC_DIR" in env:
-            run_dir = ROOT / exp.results_dir / exp.name / entry["point"] / "r0"
-            env["PROMETHEUS_MULTIPROC_DIR"] = str(run_dir.resolve() / "prometheus")
+            run_dir = Path(exp.results_dir) / exp.name / entry["point"] / "r0"
+            env["PROMETHEUS_MULTIPROC_DIR"] = str(run_dir / "prometheus")
             assert entry["env"]["PROMETHEUS_MULTIPROC_DIR"].endswith("/r0/prometheus")
         assert entry["env"] == env
         assert len(entry["repeats"]) == exp.repeats

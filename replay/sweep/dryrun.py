@@ -57,7 +57,7 @@ def dry_run_plan(exp: Experiment, order: str | None = None) -> list[dict[str, An
             entry["env"] = dict(spec.env)
             if "PROMETHEUS_MULTIPROC_DIR" in spec.env:  # each run gets its own, empty
                 run_dir = Path(exp.results_dir) / exp.name / name / planned.repeat_name
-                entry["env"]["PROMETHEUS_MULTIPROC_DIR"] = str(run_dir.resolve() / "prometheus")
+                entry["env"]["PROMETHEUS_MULTIPROC_DIR"] = str(run_dir / "prometheus")
             entry["health"] = spec.health_path
         seen[name] = entry
     return list(seen.values())
