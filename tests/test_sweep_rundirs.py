@@ -345,3 +345,24 @@ def test_a_failure_that_quotes_the_log_is_one_line_and_an_interrupt_outside_a_re
         run_in_order(runner, planned, outcomes)  # type: ignore[arg-type]
     assert [o.status for o in outcomes] == ["interrupted"]
     assert said == ["[1/2] p/r0: interrupted"]
+
+
+def test_a_sweep_whose_output_nobody_reads_runs_to_its_end(tmp_path):
+    """`replay sweep ... | head -1`: the closed pipe ended the sweep after one more run, exit 1,
+    with nothing said. Its runs all finish now, and it exits 0."""
+    import subprocess
+
+    path = tmp_path / "d.toml"
+    path.write_text(SIM_TEMPLATE)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "replay.cli.main", "sweep", str(path), "--results",
+         str(tmp_path / "results")],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.readline()
+    proc.stdout.close()  # as `head -1` does
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=300) == 0, err
+    assert "Traceback" not in err and "BrokenPipe" not in err
+    assert len(pd.read_parquet(tmp_path / "results" / "d" / "summary.parquet")) == 4

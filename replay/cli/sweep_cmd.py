@@ -11,6 +11,20 @@ import click
 from replay.sweep.config import load_experiment
 
 
+def _echo_while_read(line: str) -> None:
+    """A sweep's progress line on stdout; once nobody reads it (`replay sweep ... | head`), the
+    lines go nowhere and the sweep goes on: a closed pipe ended it after one more run, exit 1,
+    with no word."""
+    import os
+
+    try:
+        click.echo(line)
+    except BrokenPipeError:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # later writes, and the flush at exit, go nowhere
+        os.close(devnull)
+
+
 @click.command(name="sweep")
 @click.argument("experiment_file", type=click.Path(dir_okay=False))
 @click.option("--force", is_flag=True, help="rerun runs that already finished (default: resume)")
@@ -69,7 +83,7 @@ def command(
         force=force,
         order=order,
         results_root=results_root,
-        echo=lambda s: click.echo(s),
+        echo=_echo_while_read,
         keep_all_failed=keep_all_failed,
     )
     counts: dict[str, int] = {}
