@@ -64,6 +64,11 @@ class ErrorKind(StrEnum):
     LENGTH_MISMATCH = "length_mismatch"  # --strict: reported lengths differ from what was sent
     CANCELLED = "cancelled"  # the run stopped while the call was in flight
 
+    @classmethod
+    def of_http_status(cls, status: int) -> ErrorKind:
+        """The kind an HTTP error status gives: 4xx the request, anything else the server."""
+        return cls.HTTP_4XX if 400 <= status < 500 else cls.HTTP_5XX
+
 
 class RequestFailed(ReplayError):
     """One completion request failed. `kind` is a stable class name used in records and summaries.

@@ -84,15 +84,14 @@ def command(a: str, b: str, alpha: float, csv_out: str | None) -> None:
 
     if not 0 < alpha < 1:
         raise ConfigError("compare", "--alpha", f"must be between 0 and 1, got {alpha}")
-    from replay.analysis.trace_ids import traces_of
+    from replay.analysis.trace_ids import short_shas, traces_of
 
     side_a, side_b = load_side(a), load_side(b)
     traces_a, traces_b = traces_of(side_a.get("run_dir", [])), traces_of(side_b.get("run_dir", []))
     if traces_a and traces_b and traces_a != traces_b:
         click.echo(
-            f"replay: note: A and B replayed different traces (sha256 "
-            f"{', '.join(sorted(t[:12] for t in traces_a))} against "
-            f"{', '.join(sorted(t[:12] for t in traces_b))}): their differences are the "
+            f"replay: note: A and B replayed different traces (sha256 {short_shas(traces_a)} "
+            f"against {short_shas(traces_b)}): their differences are the "
             "workload's as much as the setting's",
             err=True,
         )

@@ -90,13 +90,11 @@ def _check_mode_options(ctx: click.Context, mode: str, order: str) -> None:
     used = _MODE_OPTIONS[mode]
     for param in ctx.command.params:
         name = param.name
-        if name is None or name.replace("_", "-") in _MODE_FLAGS:
+        if name is None or name in ("as_json", "out") or name.replace("_", "-") in _MODE_FLAGS:
             continue
         if ctx.get_parameter_source(name) != click.core.ParameterSource.COMMANDLINE:
             continue
         flag = max(param.opts, key=len)
-        if name in ("as_json", "out"):
-            continue
         if name not in used:
             where = [_MODE_FLAGS[m] for m, names in _MODE_OPTIONS.items() if name in names]
             raise ConfigError(
@@ -191,8 +189,9 @@ def _print_sessions(doc: dict) -> None:
         f"recompute {doc['prices']['recompute_s']:.2f} s"
     )
     for r in doc["curve"]:
+        noun = "session " if r["sessions"] == 1 else "sessions"
         click.echo(
-            f"  {r['sessions']:>3} {'session ' if r['sessions'] == 1 else 'sessions'}: device {r['device_hit_rate']:.2f}  host "
+            f"  {r['sessions']:>3} {noun}: device {r['device_hit_rate']:.2f}  host "
             f"{r['host_hit_rate']:.2f}  miss {r['miss_rate']:.2f}  mean turn {r['mean_turn_s']:.2f} s"
         )
 
@@ -348,12 +347,10 @@ def _check_same_trace(run_dir: str, trace_path: str) -> None:
     """A run's order predicts only the trace it replayed: one sharing task ids gave a prediction
     for the run's calls under the other trace's name. The run's run.json names its trace by
     sha256 (runs written without it are taken as they are)."""
+    from replay.analysis.trace_ids import run_provenance
     from replay.trace.cache import file_sha256
 
-    try:
-        prov = orjson.loads((Path(run_dir) / "run.json").read_bytes()).get("provenance") or {}
-    except (OSError, orjson.JSONDecodeError, AttributeError):
-        return
+    prov = run_provenance(run_dir)
     recorded = prov.get("trace_sha256")
     if not recorded:
         return

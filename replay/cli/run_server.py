@@ -97,20 +97,21 @@ def model_to_send(url: str, served_model: str | None, strict: bool) -> tuple[str
     """The `model` to send (given, else the first id of /v1/models) and a warning without one.
     Nothing listening at the URL is refused here, before --out is made: the run would otherwise
     fail at once, after a warning about model ids that named the wrong cause."""
-    from replay.driver.control import served_model as fetch_served_model
+    from replay.driver.control import first_model_id
     from replay.driver.http_common import HttpOptions
     from replay.metrics.plain_get import GetError, get_once
 
     root = HttpOptions(url).root
-    try:
-        get_once(root + "/v1/models", 5.0)
+    answered: str | None = None
+    try:  # one GET: whether anything listens, and the model it serves
+        answered = first_model_id(*get_once(root + "/v1/models", 5.0))
     except GetError as e:
         if e.refused:
             raise ConfigError(
                 "run", "--url", f"nothing listens at {root} ({e}): start the server, or fix the URL"
             ) from None
 
-    model = served_model or fetch_served_model(url)
+    model = served_model or answered
     if model is not None:
         return model, []
     # Servers that serve one model accept requests without `model`; others refuse every call.

@@ -11,7 +11,7 @@ import orjson
 from replay.driver.http_common import HttpOptions
 from replay.metrics.plain_get import GetError, get_once
 
-__all__ = ["served_model", "is_healthy"]
+__all__ = ["served_model", "first_model_id", "is_healthy"]
 
 
 def served_model(base_url: str, timeout_s: float = 5.0) -> str | None:
@@ -19,11 +19,19 @@ def served_model(base_url: str, timeout_s: float = 5.0) -> str | None:
     root = HttpOptions(base_url).root
     try:
         status, body = get_once(root + "/v1/models", timeout_s)
-        if status != 200:
-            return None
+    except GetError:
+        return None
+    return first_model_id(status, body)
+
+
+def first_model_id(status: int, body: bytes) -> str | None:
+    """The first model id of a /v1/models answer (None: not a 200 with one)."""
+    if status != 200:
+        return None
+    try:
         data = orjson.loads(body).get("data") or []
         return str(data[0]["id"]) if data and isinstance(data[0], dict) else None
-    except (GetError, ValueError, KeyError, AttributeError):
+    except (ValueError, KeyError, AttributeError):
         return None
 
 

@@ -28,7 +28,7 @@ __all__ = [
 
 def http_status_error(status: int, body: bytes) -> RequestFailed:
     """HTTP error status -> `http_4xx`/`http_5xx` with the server's message (shortened)."""
-    kind = ErrorKind.HTTP_4XX if 400 <= status < 500 else ErrorKind.HTTP_5XX
+    kind = ErrorKind.of_http_status(status)
     text = body[:300].decode("utf-8", "replace").strip()
     return RequestFailed(
         kind, f"HTTP {status}: {text}" if text else f"HTTP {status}", status=status

@@ -7,8 +7,8 @@ pays nothing; rich's own refresh thread is off (it would take the GIL at its own
 shows as send drift). On the simulator's virtual-time loop a timer would tick in simulated time
 (and add events to the loop the engine's records come from), so there the pool calls `tick()` as
 each call ends and the bar redraws when enough wall time has passed; it then shows the simulated
-time, and its tokens/s are per simulated second. The bar is built before the run's clock starts: its first render is slow
-enough to show as drift. The numbers come from the call rows the pool keeps, read incrementally.
+time, and its tokens/s are per simulated second. The bar is built before the run's clock
+starts: its first render is slow enough to show as drift. The numbers come from the call rows the pool keeps, read incrementally.
 """
 
 from __future__ import annotations

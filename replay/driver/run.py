@@ -343,8 +343,8 @@ async def _main(
 
 
 class _SignalGuard:
-    """Owns SIGINT/SIGTERM/SIGHUP for the whole of `run_replay` (main thread only; elsewhere the caller
-    handles signals). While the loop runs, the first signal stops sending and the second cancels
+    """Owns SIGINT/SIGTERM/SIGHUP for the whole of `run_replay` (main thread only; elsewhere the
+    caller handles signals). While the loop runs, the first signal stops sending and the second cancels
     calls in flight. A signal that comes while no loop runs (set-up, writing the results) is
     delivered again to the previous handler once the run directory is complete, so the caller
     (CLI, sweep) still sees its KeyboardInterrupt or SIGTERM."""

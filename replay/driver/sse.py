@@ -24,7 +24,7 @@ def _error_kind(error: Any) -> ErrorKind:
         status = int(code)  # type: ignore[arg-type]
     except (TypeError, ValueError):
         status = 500
-    return ErrorKind.HTTP_4XX if 400 <= status < 500 else ErrorKind.HTTP_5XX
+    return ErrorKind.of_http_status(status)
 
 
 class SseAccumulator:

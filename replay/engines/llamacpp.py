@@ -238,19 +238,13 @@ def predict_points(
     _, options, run = resolved[0]
     slots = _int_option(options, "slots", _DEFAULTS["slots"], _MINIMA["slots"])
     ctx_tokens = _int_option(options, "ctx_tokens", _DEFAULTS["ctx_tokens"], _MINIMA["ctx_tokens"])
-    bpt = _state_bytes_per_token(options)
-    if bpt is None:
-        gap_scale = float(run.get("gap_scale", 1.0))
-        inputs = {
-            "pool": int(run["pool"]),
-            "slots": slots,
-            "gap_scale": gap_scale,
-            "bytes_per_token": bpt,
-        }
-        return {"inputs": inputs, "skipped": "set engine.state_bytes_per_token for this GGUF"}
-    mibs = sorted({cache_ram_mib(o) for _, o, _ in resolved})
     return wholeprompt_prediction(
-        trace, run, slots=slots, ctx_tokens=ctx_tokens, state_bytes_per_token=bpt, mibs=mibs
+        trace,
+        run,
+        slots=slots,
+        ctx_tokens=ctx_tokens,
+        state_bytes_per_token=_state_bytes_per_token(options),
+        mibs=sorted({cache_ram_mib(o) for _, o, _ in resolved}),
     )
 
 
@@ -260,12 +254,13 @@ def wholeprompt_prediction(
     *,
     slots: int,
     ctx_tokens: int,
-    state_bytes_per_token: float,
+    state_bytes_per_token: float | None,
     mibs: list[int],
 ) -> dict:
     """The whole-prompt model's `predict_points` document for `slots` server slots and these
     `--cache-ram` sizes, the closed loop paced by the `run` options (also the simulator's
-    llama.cpp personality's prediction: `replay.engines.sim_engines`)."""
+    llama.cpp personality's prediction: `replay.engines.sim_engines`); a `skipped` one when the
+    state's bytes a token are unknown (a GGUF other than the tiny one)."""
     from replay.model.wholeprompt_loop import (
         CpuService,
         halfway_mib,
@@ -278,6 +273,8 @@ def wholeprompt_prediction(
     truncate = run.get("truncate_prompt_tokens")
     bpt = state_bytes_per_token
     inputs = {"pool": pool, "slots": slots, "gap_scale": gap_scale, "bytes_per_token": bpt}
+    if bpt is None:
+        return {"inputs": inputs, "skipped": "set engine.state_bytes_per_token for this GGUF"}
     common: dict[str, Any] = dict(
         pool=pool,
         slots=slots,

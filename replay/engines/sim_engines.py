@@ -90,15 +90,8 @@ def predict_personality(
     """The llama.cpp personality's own prediction: the whole-prompt model the personality runs
     (`replay.sim.personality`), with its slots, its state bytes a token and the points' RAM
     tiers. Other personalities: None (the sweep's block tier model)."""
-    import dataclasses
-
-    names = {f.name for f in dataclasses.fields(SimConfig)}
-
-    def config(options: Mapping[str, Any]) -> SimConfig:
-        return SimConfig(**{k: v for k, v in options.items() if k in names and v is not None})
-
     _, options, run = resolved[0]
-    cfg = config(options)
+    cfg = SimConfig.from_options(**options)
     if cfg.personality != "llamacpp":
         return None
     from replay.engines.llamacpp import wholeprompt_prediction
@@ -110,7 +103,7 @@ def predict_personality(
         slots=cfg.max_num_seqs,
         ctx_tokens=0,  # the personality's RAM tier has no context cap (SlotPersonality)
         state_bytes_per_token=float(cfg.bytes_per_token + STATE_META_BYTES_PER_TOKEN),
-        mibs=sorted({cache_ram_mib(config(o)) for _, o, _ in resolved}),
+        mibs=sorted({cache_ram_mib(SimConfig.from_options(**o)) for _, o, _ in resolved}),
     )
 
 

@@ -75,15 +75,14 @@ def simulated_section(
         "lies in the measured 95% interval.",
         "",
     ]
-    from replay.analysis.trace_ids import traces_of
+    from replay.analysis.trace_ids import short_shas, traces_of
 
     seen_m = traces_of(measured_runs.get("run_dir", []))
     seen_s = traces_of(simulated_runs.get("run_dir", []))
     if seen_m and seen_s and seen_m != seen_s:
         lines += [
-            f"**The two sweeps replayed different traces** (sha256 "
-            f"{', '.join(sorted(t[:12] for t in seen_m))} measured, "
-            f"{', '.join(sorted(t[:12] for t in seen_s))} simulated): the errors below are the "
+            f"**The two sweeps replayed different traces** (sha256 {short_shas(seen_m)} measured, "
+            f"{short_shas(seen_s)} simulated): the errors below are the "
             "workload's as much as the simulator's.",
             "",
         ]

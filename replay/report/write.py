@@ -106,8 +106,8 @@ def build_report(
         "## Definitions",
         "",
         f"Derived: {derived}; `relative_makespan` = makespan / mean makespan of the smallest host tier "
-        "(the no-offload point when the sweep has 0 GiB); `pressure_ratio` = predicted working set / host tier. "
-        "`computed_prefill_tokens` counts every prompt token the engine computed, so a request "
+        "(the no-offload point when the sweep has 0 GiB); `pressure_ratio` = predicted working set "
+        "/ host tier. `computed_prefill_tokens` counts every prompt token the engine computed, so a request "
         "preempted and re-admitted computes part of its prompt again: with `preemptions` > 0 the "
         "computed, device and host fractions can add up to more than 1.",
         "",

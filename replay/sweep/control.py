@@ -1,5 +1,5 @@
 """Control-plane calls a sweep makes besides the replay: warm-up requests and a checked cache
-reset (and, re-exported, `sigterm_as_interrupt` from `replay.sweep.signals`)."""
+reset. (Its signals: `replay.sweep.signals`.)"""
 
 from __future__ import annotations
 
@@ -9,9 +9,8 @@ import httpx
 
 from replay.errors import EngineError
 from replay.metrics.scrape import http_client
-from replay.sweep.signals import sigterm_as_interrupt  # the sweep's signals: replay.sweep.signals
 
-__all__ = ["warmup", "reset_and_check", "probe_cached_tokens", "sigterm_as_interrupt"]
+__all__ = ["warmup", "reset_and_check", "probe_cached_tokens"]
 
 PROBE_TOKENS = 512  # spans several KV blocks at any engine's block size (16..256)
 

@@ -10,6 +10,7 @@ from typing import Any
 
 from replay.engines.registry import get_engine
 from replay.sweep.config import Experiment
+from replay.sweep.lifecycle import per_run_env
 from replay.sweep.plan import plan_runs
 
 __all__ = ["dry_run_plan", "format_plan"]
@@ -54,10 +55,8 @@ def dry_run_plan(exp: Experiment, order: str | None = None) -> list[dict[str, An
             elif not port:
                 entry["note"] = "port 8000 shown; [server] port = 0 picks a free port per run"
             entry["argv"] = argv
-            entry["env"] = dict(spec.env)
-            if "PROMETHEUS_MULTIPROC_DIR" in spec.env:  # each run gets its own, empty
-                run_dir = Path(exp.results_dir) / exp.name / name / planned.repeat_name
-                entry["env"]["PROMETHEUS_MULTIPROC_DIR"] = str(run_dir / "prometheus")
+            run_dir = Path(exp.results_dir) / exp.name / name / planned.repeat_name
+            entry["env"] = {**spec.env, **per_run_env(spec.env, run_dir)}
             entry["health"] = spec.health_path
         seen[name] = entry
     return list(seen.values())

@@ -31,9 +31,20 @@ __all__ = [
     "SERVER_RECORD",
     "stop_leftover_servers",
     "stop_recorded_server",
+    "per_run_env",
 ]
 
 SERVER_RECORD = "server.json"
+# Environment variables that name a folder each run's server must have to itself, empty: a
+# multiprocess Prometheus directory shared between runs summed earlier runs' counters into this
+# one's. Variable -> the folder's name in the run directory.
+PER_RUN_FOLDERS = {"PROMETHEUS_MULTIPROC_DIR": "prometheus"}
+
+
+def per_run_env(env: Mapping[str, str], run_dir: Path) -> dict[str, str]:
+    """The run's own values for the `PER_RUN_FOLDERS` variables `env` sets (what the sweep
+    launches with, and `--dry-run` shows)."""
+    return {var: str(run_dir / name) for var, name in PER_RUN_FOLDERS.items() if var in env}
 
 
 def free_port(host: str = "127.0.0.1") -> int:

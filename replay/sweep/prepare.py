@@ -63,7 +63,7 @@ def keep_experiment_file(exp: Experiment, exp_dir: Path, *, force: bool) -> None
     file, if any, go with it."""
     text = Path(exp.source).read_bytes()
     kept = exp_dir / "experiment.toml"
-    if kept.exists() and not force and kept.read_bytes() != text and not _holds_runs(exp_dir):
+    if kept.exists() and not force and kept.read_bytes() != text and not _run_dirs(exp_dir):
         (exp_dir / PREDICTIONS_FILE).unlink(missing_ok=True)
     elif kept.exists() and not force and kept.read_bytes() != text:
         raise ConfigError(
@@ -83,10 +83,7 @@ def set_aside_unplanned(exp_dir: Path, planned_dirs: set[str]) -> tuple[Path, in
     deleted. Returns (folder, how many moved), or None when every run directory is planned."""
     import datetime as dt
 
-    stale = sorted(
-        {f.parent for f in exp_dir.glob("*/*/*") if f.name in RUN_FILES}
-        - {exp_dir / d for d in planned_dirs}
-    )
+    stale = sorted(_run_dirs(exp_dir) - {exp_dir / d for d in planned_dirs})
     if not stale:
         return None
     stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
@@ -100,9 +97,9 @@ def set_aside_unplanned(exp_dir: Path, planned_dirs: set[str]) -> tuple[Path, in
     return dest, len(stale)
 
 
-def _holds_runs(exp_dir: Path) -> bool:
-    """Whether any run of the sweep has left a file in its run directory (point/rN/)."""
-    return any(f.name in RUN_FILES for f in exp_dir.glob("*/*/*"))
+def _run_dirs(exp_dir: Path) -> set[Path]:
+    """The run directories (point/rN/) in which a run of the sweep has left a file."""
+    return {f.parent for f in exp_dir.glob("*/*/*") if f.name in RUN_FILES}
 
 
 def prediction_inputs(exp: Experiment, point: Point) -> dict[str, Any]:

@@ -233,7 +233,11 @@ class RunSteps:
         ready_s = self.exp.timeouts.ready_s or spec.ready_timeout_s
         server = ServerProcess(spec, run_dir / "server.log", self.exp.host, port)
         st.server = server
-        per_run = _per_run_env(spec.env, run_dir)
+        from replay.sweep.lifecycle import per_run_env
+
+        per_run = per_run_env(spec.env, run_dir.resolve())
+        for folder in per_run.values():  # each starts empty: a new run directory's
+            Path(folder).mkdir(parents=True, exist_ok=True)
         # the environment as launched: the per-run values, not the adapter's placeholders
         st.prov = provenance.collect(
             adapter, options, argv=server.argv, env={**spec.env, **per_run}
@@ -360,14 +364,3 @@ def placeholder(experiment: str, planned: PlannedRun, engine: str, why: str) -> 
         "repeat": planned.repeat,
         "engine": engine,
     }
-
-
-def _per_run_env(env: Mapping[str, str], run_dir: Path) -> dict[str, str]:
-    """Per-run overrides: a multiprocess Prometheus directory must start empty for every server,
-    or counters of earlier runs would be summed into this one's."""
-    out: dict[str, str] = {}
-    if "PROMETHEUS_MULTIPROC_DIR" in env:
-        prom = run_dir / "prometheus"
-        prom.mkdir(parents=True, exist_ok=True)
-        out["PROMETHEUS_MULTIPROC_DIR"] = str(prom.resolve())
-    return out

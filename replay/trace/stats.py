@@ -128,8 +128,10 @@ def trace_stats(trace: Trace) -> TraceStats:
                 # In ids traces the kept tokens are equal by construction; block traces are
                 # compared from the start (a task's namespace could change between calls).
                 start = c.keep if unit == 1 else 0
-                reused += _context_prefix(step.prompt, prev_prompt, prev_out, start)
-                same = common_prefix_len(step.prompt, prev_prompt, start)
+                context = _context_prefix(step.prompt, prev_prompt, prev_out, start)
+                reused += context
+                # the part of it inside the previous prompt: where the previous keys still hold
+                same = min(context, len(prev_prompt))
             prev_keys = keyer.keys(step.prompt, prev_keys, same)
             blocks += len(prev_keys)
             prev_prompt, prev_out = step.prompt, step.output
