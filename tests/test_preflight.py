@@ -5,6 +5,7 @@ which this machine cannot show, is passed in."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -325,3 +326,19 @@ def test_replay_run_stops_before_sending_when_ids_pass_the_served_models_vocabul
         out = ["--out", str(tmp_path / "b"), "--gap-scale", "0"]
         done = subprocess.run([*argv, *out, "--url", srv.url], capture_output=True)
         assert done.returncode == 0 and len(srv.seen) > 0
+
+
+def test_doctor_names_no_leftover_server_while_a_sweep_holds_the_results(tmp_path):
+    """A live sweep's own server has a record too: doctor must not call it left over."""
+    from replay.sweep.results import exclusive_lock, lock_holder
+
+    quick = str(REPO / "experiments" / "quick.toml")
+    exp_dir = tmp_path / "r" / "quick"
+    assert lock_holder(exp_dir) is None
+    with exclusive_lock(exp_dir):
+        assert lock_holder(exp_dir).startswith(f"pid {os.getpid()} ")
+        held = CliRunner().invoke(cli, ["doctor", quick, "--results", str(tmp_path / "r")])
+    assert "skip  leftover servers" in held.output and f"pid {os.getpid()}" in held.output
+    assert lock_holder(exp_dir) is None  # looking did not keep it
+    free = CliRunner().invoke(cli, ["doctor", quick, "--results", str(tmp_path / "r")])
+    assert free.exit_code == 0 and "ok    leftover servers" in free.output

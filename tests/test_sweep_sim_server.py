@@ -18,7 +18,9 @@ from pathlib import Path
 import orjson
 import pandas as pd
 import pytest
+from click.testing import CliRunner
 
+from replay.cli.main import cli
 from replay.counters import CANONICAL_COUNTERS
 from replay.sweep.config import load_experiment
 from replay.sweep.prepare import load_trace
@@ -257,6 +259,10 @@ def test_a_server_left_by_a_sigkilled_sweep_is_stopped_by_the_next(tmp_path):
         assert all(pid_running(p) for p in servers)  # orphaned, still serving
         (record,) = results.glob("z/*/r0/server.json")
         assert orjson.loads(record.read_bytes())["pgid"] == servers[0]
+        doctor = CliRunner().invoke(cli, ["doctor", exp.source, "--results", str(results)])
+        (warned,) = [x for x in doctor.output.splitlines() if x.startswith("WARN  leftover")]
+        assert f"process group {servers[0]}" in warned and f"-{servers[0]}" in warned
+        assert all(pid_running(p) for p in servers)  # doctor only names them
         lines: list[str] = []
         again = run_sweep(exp, results_root=results, echo=lines.append)
         assert not any(pid_running(p) for p in servers)
@@ -267,6 +273,8 @@ def test_a_server_left_by_a_sigkilled_sweep_is_stopped_by_the_next(tmp_path):
     assert f"stopped server process group {servers[0]}" in lines[0]
     assert [o.status for o in again.outcomes] == ["ok"]
     assert not list(results.glob("z/*/r0/server.json"))  # stopped cleanly: record removed
+    doctor = CliRunner().invoke(cli, ["doctor", exp.source, "--results", str(results)])
+    assert "ok    leftover servers" in doctor.output
 
 
 def test_dry_run_shows_the_ready_file_under_the_results_root_given(tmp_path):

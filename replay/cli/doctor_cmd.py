@@ -38,6 +38,7 @@ def command(experiment_file: str, results_root: str | None) -> None:
     first = _trace_check(trace)
     readable = trace if first.status == "ok" else lambda: None
     checks = [first] + preflight.run_checks(exp, readable, results_dir)
+    checks.append(_leftover_check(results_dir))
     width = max(len(c.name) for c in checks)
     for c in checks:
         click.echo(f"{_MARK[c.status]}  {c.name:<{width}}  {c.detail}")
@@ -58,6 +59,31 @@ def _trace_check(trace) -> preflight.Check:  # noqa: ANN001 (the loader stays la
     except ReplayError as e:
         return preflight.Check("trace", "fail", str(e))
     return preflight.Check("trace", "ok", f"{len(t.tasks)} tasks, {len(t)} calls")
+
+
+def _leftover_check(exp_dir: Path) -> preflight.Check:
+    """Servers a SIGKILLed sweep left running (they hold the GPU memory and port a new server
+    needs). The next sweep of this file stops them first; doctor only names them."""
+    from replay.sweep.lifecycle import running_leftover_servers
+    from replay.sweep.results import lock_holder
+
+    holder = lock_holder(exp_dir)
+    if holder is not None:
+        return preflight.Check("leftover servers", "skip", f"a sweep runs here ({holder})")
+    running = running_leftover_servers(exp_dir)
+    if not running:
+        return preflight.Check("leftover servers", "ok", "none recorded as still running")
+    named = "; ".join(
+        f"{Path(program).name} (process group {pgid}, run {run.relative_to(exp_dir)})"
+        for run, pgid, program in running
+    )
+    groups = " ".join(f"-{pgid}" for _, pgid, _ in running)
+    return preflight.Check(
+        "leftover servers",
+        "warn",
+        f"{len(running)} server(s) of a sweep that was killed still run: {named}; the next "
+        f"sweep of this file stops them first, or stop them now: kill -TERM -- {groups}",
+    )
 
 
 # The downloader runs in the engine's environment, where huggingface_hub comes with the engine.

@@ -29,6 +29,7 @@ __all__ = [
     "free_port",
     "group_alive",
     "SERVER_RECORD",
+    "running_leftover_servers",
     "stop_leftover_servers",
     "stop_recorded_server",
     "per_run_env",
@@ -287,6 +288,22 @@ def _still_ours(doc: dict) -> int | None:
     if ticks is not None:
         return pgid if ticks == doc.get("start_ticks") and pid == pgid else None
     return pgid if group_alive(pgid) else None
+
+
+def running_leftover_servers(exp_dir: Path) -> list[tuple[Path, int, str]]:
+    """(run folder, process group, program) of each server an earlier sweep of `exp_dir`
+    recorded that still runs, without stopping it (`replay doctor` reports them; only a sweep
+    holding the lock may stop them, since a live sweep's own server has a record too)."""
+    running = []
+    for record in sorted(exp_dir.glob(f"*/r*/{SERVER_RECORD}")):
+        try:
+            doc = json.loads(record.read_text())
+        except (OSError, ValueError):
+            continue
+        pgid = _still_ours(doc) if isinstance(doc, dict) else None
+        if pgid is not None and group_alive(pgid):
+            running.append((record.parent, pgid, str(doc.get("argv0") or "?")))
+    return running
 
 
 def stop_leftover_servers(exp_dir: Path, grace_s: float) -> list[int]:

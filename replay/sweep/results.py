@@ -36,6 +36,7 @@ __all__ = [
     "ResultsWriteError",
     "RUN_FILES",
     "exclusive_lock",
+    "lock_holder",
 ]
 
 # A run with one of these statuses in its run.json is not run again unless --force.
@@ -196,3 +197,22 @@ def exclusive_lock(exp_dir: Path) -> Iterator[None]:
         yield
     finally:
         os.close(fd)  # releases the lock; the file stays (unlinking it would race a new taker)
+
+
+def lock_holder(exp_dir: Path) -> str | None:
+    """Who holds `exp_dir`'s sweep lock ("pid N on HOST since T"), None when no sweep does.
+    Only looks: the lock is taken and let go at once when free, and nothing is created."""
+    import fcntl
+
+    try:
+        fd = os.open(exp_dir / LOCK_FILE, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return os.pread(fd, 200, 0).decode("utf-8", "replace").strip() or "unknown process"
+        return None
+    finally:
+        os.close(fd)
