@@ -17,6 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from replay.clock import run_virtual
+from replay.errors import ConfigError
 from replay.model.predict import predict_tiers
 from replay.model.wholeprompt import WholePromptConfig, simulate_timed
 from replay.protocol import CompletionRequest
@@ -79,14 +80,17 @@ def _tiny_trace(seed: int, tasks: int, shared_head_tokens: int | None = 0):
     tasks=st.integers(2, 6),
     pool=st.integers(1, 6),
     slots=st.integers(1, 3),
-    cache_ram_mib=st.sampled_from([0, 1, 2, 4, 16]),
+    cache_ram_mib=st.sampled_from([0, 1, 2, 4, 16, -1]),
     shared_head=st.booleans(),
+    as_mib=st.booleans(),
 )
 def test_llamacpp_personality_equals_whole_prompt_model(
-    seed, tasks, pool, slots, cache_ram_mib, shared_head
+    seed, tasks, pool, slots, cache_ram_mib, shared_head, as_mib
 ):
+    """The RAM tier given as host_tier_gib (MiB / 1024) or as cache_ram_mib (which alone can
+    say -1, no limit) is the model's --cache-ram."""
     trace = _tiny_trace(seed, tasks, shared_head_tokens=None if shared_head else 0)
-    _check_llamacpp_against_model(trace, pool, slots, cache_ram_mib)
+    _check_llamacpp_against_model(trace, pool, slots, cache_ram_mib, as_mib or cache_ram_mib < 0)
 
 
 def test_llamacpp_personality_with_a_shared_head_equals_whole_prompt_model():
@@ -99,13 +103,14 @@ def test_llamacpp_personality_with_a_shared_head_equals_whole_prompt_model():
     _check_llamacpp_against_model(trace, pool=3, slots=2, cache_ram_mib=2)
 
 
-def _check_llamacpp_against_model(trace, pool, slots, cache_ram_mib):
+def _check_llamacpp_against_model(trace, pool, slots, cache_ram_mib, as_mib=False):
+    tier = {"cache_ram_mib": cache_ram_mib} if as_mib else {"host_tier_gib": cache_ram_mib / 1024}
     cfg = SimConfig(
         hardware="h20",
         model="tiny-gguf",
         tp=1,
         device_kv_gib=1.0,
-        host_tier_gib=cache_ram_mib / 1024,
+        **tier,
         block_tokens=16,
         max_num_seqs=slots,
         personality="llamacpp",
@@ -174,3 +179,17 @@ def test_vllm_personality_device_hits_equal_stack_distances(seed, tasks, blocks)
 def test_unknown_personality_is_a_one_line_error():
     with pytest.raises(Exception, match="personality.*valid: reference, vllm, llamacpp"):
         SimConfig(personality="sglang")
+
+
+@pytest.mark.parametrize(
+    ("options", "said"),
+    [
+        ({"cache_ram_mib": 4}, "needs the llamacpp personality"),
+        ({"personality": "llamacpp", "cache_ram_mib": 4, "host_tier_gib": 1.0}, "not both"),
+        ({"personality": "llamacpp", "cache_ram_mib": -2}, "must be >= -1"),
+        ({"personality": "llamacpp", "cache_ram_mib": 1.5}, "must be an integer"),
+    ],
+)
+def test_cache_ram_mib_refusals_name_the_option(options, said):
+    with pytest.raises(ConfigError, match=f"--cache-ram-mib.*{said}"):
+        SimConfig(**options)

@@ -18,7 +18,8 @@ from replay.sweep.dryrun import dry_run_plan
 from replay.sweep.prepare import load_trace, write_predictions
 from replay.sweep.runner import run_sweep
 
-SWEEP = Path(__file__).resolve().parents[1] / "replay" / "sweep"
+ROOT = Path(__file__).resolve().parents[1]
+SWEEP = ROOT / "replay" / "sweep"
 
 TEXT = """\
 name = "hooks"
@@ -141,3 +142,30 @@ def test_simulated_llamacpp_is_predicted_by_the_model_it_runs(tmp_path):
 
     kv = get_model("qwen3-coder-30b-a3b").bytes_per_token(8)
     assert pred["bytes_per_token"] == kv + 12
+
+
+def test_a_twin_sweeping_cache_ram_mib_runs_the_same_tier_under_the_measured_names(tmp_path):
+    """A llama.cpp sweep whose matrix names `cache_ram_mib` has a twin with that same matrix:
+    its points carry the measured sweep's names (which `replay report --vs` pairs by), its
+    predictions the same RAM sizes, and its runs the same tier as host_tier_gib = MiB / 1024.
+    Before, the simulator refused the key and a twin's points could never pair."""
+    twin = (ROOT / "experiments" / "llamacpp-cpu-sim.toml").read_text()
+    twin = twin.replace("experiments/costs/", str(ROOT / "experiments" / "costs") + "/")
+    matrix = "host_tier_gib = [0, 0.00390625, 0.0078125, 0.015625]"
+    counters = {}
+    for key, values in (("cache_ram_mib", "[0, 4]"), ("host_tier_gib", "[0, 0.00390625]")):
+        p = tmp_path / f"{key}.toml"
+        named = twin.replace('"llamacpp-cpu-sim"', f'"{key}"')
+        p.write_text(named.replace(matrix, f"{key} = {values}"))
+        exp = load_experiment(p)
+        result = run_sweep(exp, results_root=tmp_path / "results", echo=lambda s: None)
+        assert [o.status for o in result.outcomes] == ["ok", "ok"]
+        for o in result.outcomes:
+            doc = orjson.loads((result.exp_dir / o.rel_dir / "counters.json").read_bytes())
+            counters[o.rel_dir.split("/")[0]] = doc
+        groups = orjson.loads((result.exp_dir / "predictions.json").read_bytes())["groups"]
+        tiers = [t["cache_ram_mib"] for g in groups for t in g["prediction"]["tiers"]]
+        assert sorted(tiers) == [0, 4]
+    assert counters["cache_ram_mib=4"] == counters["host_tier_gib=0.00390625"]
+    assert counters["cache_ram_mib=0"] == counters["host_tier_gib=0"]
+    assert counters["cache_ram_mib=4"]["host_restore_tokens"] > 0  # the tier was there

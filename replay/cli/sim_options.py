@@ -106,6 +106,13 @@ _OPTIONS: list[tuple[str, dict[str, Any]]] = [
         {"type": click.Choice(PERSONALITIES), "help": "whose cache to imitate (vllm, llamacpp)"},
     ),
     ("--costs", {"help": "costs TOML from `replay calibrate` (replaces the roofline)"}),
+    (
+        "--cache-ram-mib",
+        {
+            "type": int,
+            "help": "llamacpp personality: RAM tier MiB (-1: no limit), not the host tier",
+        },
+    ),
 ]
 
 

@@ -86,6 +86,10 @@ class SimConfig:
     # written by `replay calibrate` that replaces the roofline with costs fitted to a real engine
     personality: str = "reference"
     costs: str = ""
+    # llamacpp personality: the RAM tier in MiB as llama.cpp's --cache-ram gives it (-1: no
+    # limit), instead of host_tier_gib x 1024; a twin of a sweep whose matrix names it keeps
+    # that matrix, so its points carry the measured sweep's names
+    cache_ram_mib: int | None = None
 
     def __post_init__(self) -> None:
         self.model_preset  # noqa: B018  (validates names early)
@@ -142,6 +146,17 @@ class SimConfig:
                 "off needs the reference or vllm personality and a write policy other than "
                 "write-back",
             )
+        if self.cache_ram_mib is not None:
+            if self.personality != "llamacpp":
+                raise bad("cache_ram_mib", "needs the llamacpp personality (others: host_tier_gib)")
+            if isinstance(self.cache_ram_mib, bool) or not isinstance(self.cache_ram_mib, int):
+                raise bad("cache_ram_mib", f"must be an integer, got {self.cache_ram_mib!r}")
+            if self.cache_ram_mib < -1:
+                raise bad(
+                    "cache_ram_mib", f"must be >= -1 (-1: no limit), got {self.cache_ram_mib}"
+                )
+            if self.host_tier_gib:
+                raise bad("cache_ram_mib", "give cache_ram_mib or host_tier_gib, not both")
         if self.batch_defaults:
             self._apply_batch_defaults()  # an unknown rule is a ConfigError listing the valid ones
         if self.costs:

@@ -46,7 +46,10 @@ class SlotAdmission:
 
 
 def cache_ram_mib(cfg: SimConfig) -> int:
-    """`--cache-ram` in MiB from the host tier size (sweeps give `host_tier_gib` = MiB / 1024)."""
+    """`--cache-ram` in MiB: `cache_ram_mib` when given, else from the host tier size (sweeps
+    give `host_tier_gib` = MiB / 1024)."""
+    if cfg.cache_ram_mib is not None:
+        return cfg.cache_ram_mib
     return int(round(cfg.host_tier_gib * 1024))
 
 
