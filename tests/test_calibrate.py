@@ -273,6 +273,29 @@ def test_the_calibrated_llamacpp_twin_experiment_loads(monkeypatch):
         assert cfg.bytes_per_token == 2048
 
 
+def test_a_llamacpp_point_becomes_the_personality_with_the_servers_cache_ram(monkeypatch):
+    """The simulator stands for a llama.cpp point with the RAM size the server got: its
+    host_tier_gib, or its cache_ram_mib as given, -1 (no limit) included, which host_tier_gib
+    cannot say (the held-out simulation of such a point was refused)."""
+    from replay.calibrate.heldout import sim_options_for
+    from replay.calibrate.records import ResultsDir
+    from replay.sim.personality import cache_ram_mib
+    from replay.sweep.config import load_experiment
+
+    root = Path(__file__).resolve().parents[1]
+    monkeypatch.chdir(root)
+    results = ResultsDir(root, load_experiment("experiments/llamacpp-cpu.toml"), {})
+    costs = "experiments/costs/llamacpp-cpu.toml"
+    for options, mib in (
+        ({"host_tier_gib": 0.0078125}, 8),
+        ({"cache_ram_mib": 4}, 4),
+        ({"cache_ram_mib": -1}, -1),
+        ({}, 0),
+    ):
+        cfg = SimConfig.from_options(**sim_options_for(results, "llamacpp", options, costs))
+        assert (cfg.personality, cache_ram_mib(cfg)) == ("llamacpp", mib)
+
+
 def test_a_fitted_step_adds_its_chunks_left_to_right_on_every_python():
     """Python 3.12's sum() compensates float rounding, 3.11's does not: a step of several chunks
     must add as 3.11 did on every version, or a calibrated run's times differ by interpreter.

@@ -102,14 +102,18 @@ def sim_options_for(
             raise ConfigError(src, "engine.model", "only the tiny GGUF has a simulator preset")
         ctx = int(options.get("ctx_tokens", 16384))
         slots = int(options.get("slots", 2))
-        mib = options.get("cache_ram_mib")
-        host_gib = float(options.get("host_tier_gib") or 0) if mib is None else float(mib) / 1024
+        mib = options.get("cache_ram_mib")  # as the server got it (-1: no limit)
+        tier = (
+            {"host_tier_gib": float(options.get("host_tier_gib") or 0)}
+            if mib is None
+            else {"cache_ram_mib": int(mib)}
+        )
         return {
             "personality": "llamacpp",
             "model": "tiny-gguf",
             "tp": 1,
             "max_num_seqs": slots,
-            "host_tier_gib": host_gib,
+            **tier,
             "device_kv_gib": ctx * 2048 / GIB,
             "block_tokens": 16,
             "chunk_tokens": 16,
