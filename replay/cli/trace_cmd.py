@@ -7,8 +7,9 @@ import sys
 import click
 import orjson
 
-from replay.cli.trace_out import check_out, write_out
+from replay.cli.trace_out import check_out, read_in, write_out
 from replay.errors import TraceError
+from replay.trace.model import MAX_VOCAB_SIZE
 
 __all__ = ["command"]
 
@@ -86,7 +87,7 @@ def stats_cmd(file: str, as_json: bool) -> None:
 @click.option("-o", "--out", required=True, type=click.Path(dir_okay=False), help="OUT.jsonl.gz")
 @click.option(
     "--vocab-size",
-    type=click.IntRange(min=2),
+    type=click.IntRange(min=2, max=MAX_VOCAB_SIZE),
     default=None,
     help="vocabulary of the target model (default: from the source, else 32000 / inferred)",
 )
@@ -117,7 +118,9 @@ def import_cmd(kind: str, src: tuple[str, ...], out: str, vocab_size: int | None
 @click.option("--scale", type=float, default=1.0, show_default=True, help="multiply token lengths")
 @click.option("--max-prompt-tokens", type=int, default=None)
 @click.option("--max-calls-per-task", type=int, default=None)
-@click.option("--vocab-size", type=click.IntRange(min=2), default=32000, show_default=True)
+@click.option(
+    "--vocab-size", type=click.IntRange(min=2, max=MAX_VOCAB_SIZE), default=32000, show_default=True
+)
 def synth_cmd(
     preset: str,
     tasks: int | None,
@@ -195,10 +198,9 @@ def fold_cmd(file: str, out: str, **spec: object) -> None:
     on token-id traces. See docs/trace.md, "Context folding".
     """
     from replay.trace.fold import FoldSpec, fold_trace
-    from replay.trace.io import read_trace
 
     check_out(out, "fold", [file])
-    trace = fold_trace(read_trace(file), FoldSpec(**spec))  # type: ignore[arg-type]
+    trace = fold_trace(read_in(file), FoldSpec(**spec))  # type: ignore[arg-type]
     write_out(trace, out, "fold")
     click.echo(
         f"{out}: {len(trace.tasks)} tasks, {len(trace)} calls, {trace.prompt_tokens:,} prompt tokens"

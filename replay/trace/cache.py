@@ -53,7 +53,7 @@ _SUFFIX = ".trace-cache"
 # The modules whose code decides what a trace file parses to: an entry written by other code
 # (an older or newer replay sharing the cache) is a miss, so a fix to the reader or its checks
 # is never hidden behind a trace parsed before it.
-_READER_MODULES = ("io", "validate", "fields", "model", "id_arrays", "write", "cache")
+_READER_MODULES = ("io", "validate", "fields", "model", "id_arrays", "write", "cache", "schedule")
 _reader: str | None = None
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import gzip
 import io
 import json
+import math
 import os
 import zlib
 from collections.abc import Iterator
@@ -44,6 +45,7 @@ __all__ = [
     "header_to_dict",
     "call_to_dict",
     "check_graph",
+    "read_bytes_checked",
 ]
 
 _GZIP_MAGIC = b"\x1f\x8b"
@@ -71,14 +73,42 @@ def _parse(raw: bytes, file: str, lineno: int) -> dict:
         obj = orjson.loads(raw)
     except orjson.JSONDecodeError as e:
         # orjson rejects NaN/Infinity as invalid JSON; the stdlib accepts them, so a line that only
-        # fails for that reason gets the precise field message from validation instead.
+        # fails for that reason gets the precise field message from validation instead. The
+        # stdlib also takes what orjson rightly refuses (a lone surrogate in a string, a number
+        # past a double's range), which later steps could not handle: orjson writing the
+        # object back tells those apart, since it writes NaN but refuses both of them.
         try:
             obj = json.loads(raw)
-        except (ValueError, UnicodeDecodeError):
+            orjson.dumps(obj)
+        except (ValueError, UnicodeDecodeError, TypeError, orjson.JSONEncodeError):
             raise TraceError(file, lineno, None, f"invalid JSON: {e}") from None
+        if isinstance(obj, dict):
+            for key, value in obj.items():
+                where = _non_finite_within(value, key)
+                if where is not None:  # a top-level field's own check names it more precisely
+                    raise TraceError(
+                        file, lineno, where, "NaN and Infinity are not JSON numbers"
+                    ) from None
     if not isinstance(obj, dict):
         raise TraceError(file, lineno, None, f"line must be a JSON object, got {kind(obj)}")
     return obj
+
+
+def _non_finite_within(value: object, path: str) -> str | None:
+    """The path of the first NaN or Infinity nested inside `value` (`meta.x`, `recorded.y`),
+    None when there is none; `value` itself is left to its field's check."""
+    items: list[tuple[str, object]] = []
+    if isinstance(value, dict):
+        items = [(f"{path}.{k}", v) for k, v in value.items()]
+    elif isinstance(value, list):
+        items = [(f"{path}[{i}]", v) for i, v in enumerate(value)]
+    for where, v in items:
+        if isinstance(v, float) and not math.isfinite(v):
+            return where
+        inner = _non_finite_within(v, where)
+        if inner is not None:
+            return inner
+    return None
 
 
 def _parse_call(raw: bytes, file: str, lineno: int) -> dict:
@@ -180,6 +210,16 @@ def read_trace(path: str | os.PathLike, cache_dir: str | os.PathLike | None = No
     if (after.st_size, after.st_mtime_ns) == (before.st_size, before.st_mtime_ns):
         trace.sha256 = sha256
         cache.store(trace, sha256, before.st_size, Path(cache_dir))
+    return trace
+
+
+def read_bytes_checked(data: bytes, file: str) -> Trace:
+    """A trace file's bytes (plain or gzip) read with every check `replay trace validate` makes,
+    the whole-trace arrival checks included; errors name `file`."""
+    from replay.trace.schedule import is_open_loop
+
+    trace = _read_parsed(file, data)
+    is_open_loop(trace)
     return trace
 
 

@@ -19,6 +19,9 @@ __all__ = ["FORMAT_NAME", "FORMAT_VERSION", "TraceHeader", "Call", "Trace", "Cal
 
 FORMAT_NAME = "replay-trace"
 FORMAT_VERSION = 1
+# token ids are held as 32-bit integers (the prompts of a paper-scale trace are billions of ids),
+# so a vocabulary may hold at most 2^31 of them: ids 0 .. 2^31 - 1
+MAX_VOCAB_SIZE = 1 << 31
 
 CallRef = tuple[str, int]  # (task id, call index)
 

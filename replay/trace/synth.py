@@ -24,7 +24,7 @@ from dataclasses import replace
 import numpy as np
 
 from replay.errors import ConfigError
-from replay.trace.model import Call, Trace, TraceHeader
+from replay.trace.model import MAX_VOCAB_SIZE, Call, Trace, TraceHeader
 from replay.trace.synth_presets import PRESETS, LogNormal, SynthPreset, get_preset
 
 __all__ = ["LogNormal", "SynthPreset", "PRESETS", "synth", "get_preset"]
@@ -154,8 +154,10 @@ def synth(
         raise ConfigError("synth", "seed", f"must be >= 0, got {seed}")
     if not (scale > 0 and math.isfinite(scale)):
         raise ConfigError("synth", "scale", f"must be a positive number, got {scale}")
-    if vocab_size < 2:
-        raise ConfigError("synth", "vocab_size", f"must be >= 2, got {vocab_size}")
+    if not 2 <= vocab_size <= MAX_VOCAB_SIZE:
+        raise ConfigError(
+            "synth", "vocab_size", f"must be in [2, 2^31] (ids are 32-bit), got {vocab_size}"
+        )
     if max_prompt_tokens is not None and max_prompt_tokens < 2:
         raise ConfigError("synth", "max_prompt_tokens", f"must be >= 2, got {max_prompt_tokens}")
     if max_calls_per_task is not None and max_calls_per_task < 1:

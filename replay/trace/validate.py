@@ -9,7 +9,14 @@ import numpy as np
 
 from replay.errors import TraceError
 from replay.trace.fields import Line, kind
-from replay.trace.model import FORMAT_NAME, FORMAT_VERSION, Call, CallRef, TraceHeader
+from replay.trace.model import (
+    FORMAT_NAME,
+    FORMAT_VERSION,
+    MAX_VOCAB_SIZE,
+    Call,
+    CallRef,
+    TraceHeader,
+)
 
 __all__ = ["MAX_CALL_TOKENS", "TaskState", "check_call", "check_graph", "check_header"]
 
@@ -70,6 +77,11 @@ def check_header(obj: dict, file: str) -> TraceHeader:
     if tokens not in ("ids", "blocks"):
         raise ln.fail("tokens", f'must be "ids" or "blocks", got {tokens!r}')
     vocab = ln.int_("vocab_size", minimum=2)
+    if vocab is not None and vocab > MAX_VOCAB_SIZE:
+        raise ln.fail(
+            "vocab_size",
+            f"must be at most 2^31 = {MAX_VOCAB_SIZE:,} (ids are 32-bit), got {vocab:,}",
+        )
     block_size = ln.int_("block_size", minimum=1, required=tokens == "blocks")
     meta = obj.get("meta")
     meta = {} if meta is None else meta
@@ -246,6 +258,16 @@ def check_graph(calls: list[Call], file: str) -> None:
     call to its dependant, and from a parent call to the first call of the task it spawned.
     """
     by_ref = {c.ref: c for c in calls}
+    if len(by_ref) != len(calls):  # the reader refuses these line by line; an importer may not
+        first: dict[CallRef, Call] = {}
+        for c in calls:
+            was = first.setdefault(c.ref, c)
+            if was is not c:
+                raise TraceError(
+                    file, c.line or None, "call",
+                    f"task {c.task!r} has call {c.index} twice; each task's calls must be "
+                    "numbered once",
+                )  # fmt: skip
     last = {}
     for c in calls:
         last[c.task] = c.index
