@@ -132,6 +132,31 @@ BAD_TRACES: list[tuple[str, Files, str]] = [
     ("blocks_do_not_fit", _trace(_with(C0, prompt_len=99), head=BHEAD), r":2: prompt_len: "),
     ("header_only", _trace(), r"t\.jsonl: -: a header and no call"),
     ("at_s_some", _trace(_with(C0, at_s=1.0), B0), r"t\.jsonl:3: at_s: 1 of 2 calls"),
+    # ids are held as 32-bit integers: a larger vocabulary wrapped them silently
+    (
+        "vocab_past_32_bits",
+        _trace(C0, head=_with(HEAD, vocab_size=10**10)),
+        r"t\.jsonl:1: vocab_size: must be at most 2\^31",
+    ),
+    # what the stdlib reads and orjson refuses: later steps crashed on both
+    (
+        "task_lone_surrogate",
+        {"t.jsonl": _lines(HEAD) + b'{"task":"\\ud800","call":0}\n'},
+        r"t\.jsonl:2: -: invalid JSON",
+    ),
+    (
+        "gap_past_a_double",
+        {"t.jsonl": _lines(HEAD) + b'{"task":"a","call":0,"gap_s":1' + b"0" * 400 + b"}\n"},
+        r"t\.jsonl:2: -: invalid JSON",
+    ),
+    (
+        "meta_nan",
+        {
+            "t.jsonl": b'{"format":"replay-trace","version":1,"vocab_size":100,"meta":{"x":NaN}}\n'
+            + _lines(C0)
+        },
+        r"t\.jsonl:1: meta\.x: NaN and Infinity are not JSON numbers",
+    ),
 ]
 
 
@@ -231,6 +256,18 @@ BAD_IMPORTS: list[tuple[str, str, Files, str, str]] = [
      "m.jsonl", r"m\.jsonl:1: hash_ids\[0\]: is 'a'; block hash ids are integers"),
     ("mooncake", "blocks_do_not_cover", {"m.jsonl": _lines(_with(MC, input_length=5000))},
      "m.jsonl", r"m\.jsonl:1: hash_ids: 2 blocks do not cover 5000"),
+    # imports whose result the reader refuses: nothing is written (they exited 0 before)
+    ("weka", "prompt_past_any_context",
+     _weka({**WREQ, "in": 20_000_000, "hash_ids": list(range(20))}, block_size=1 << 20),
+     "c.json", r"o\.jsonl:2: prompt_len: 20,000,000 tokens .* \(not written: "),
+    ("weka", "think_time_in_ms", _weka(WREQ, _with(WREQ2, think_time=2e9)),
+     "c.json", r"o\.jsonl:3: gap_s: 2e\+09 s .* \(not written: "),
+    ("tokenlog", "empty_task_id", {"l.jsonl": _lines(_with(TL, task_id=""))},
+     "l.jsonl", r"o\.jsonl:2: task: must be a non-empty string"),
+    ("weka", "task_name_clash",  # c's sub-agent s is task c/s, which d.json names itself
+     {"w/c.json": _weka(WREQ, WSUB, WREQ2)["c.json"],
+      "w/d.json": orjson.dumps({"id": "c/s", "block_size": 64, "requests": [WREQ, WREQ2]})},
+     "w", r"w/d\.json: id: its task 'c/s' is also a task of w/c\.json"),
 ]  # fmt: skip
 
 
@@ -384,7 +421,20 @@ def _arg_cases() -> list[Case]:
     return [Case(f"args-{name}", GOOD, argv, pattern) for name, argv, pattern in BAD_ARGS]
 
 
-CASES = _trace_cases() + _import_cases() + _arg_cases()
+def _transform_cases() -> list[Case]:
+    """A transform's input gets every check validate makes: slice, scale and merge read
+    arrival times out of order (which read_trace alone lets through) and wrote them out."""
+    back = _trace(_with(C0, at_s=5.0), _with(C1, at_s=2.0))
+    pattern = r"t\.jsonl:3: at_s: task 'a': call 1 arrives before call 0"
+    argvs = {
+        "slice": ["trace", "slice", "t.jsonl", "-o", "o.jsonl", "--tasks", "1"],
+        "scale": ["trace", "scale", "t.jsonl", "-o", "o.jsonl", "--tokens", "1/2"],
+        "merge": ["trace", "merge", "t.jsonl", "t.jsonl", "-o", "o.jsonl"],
+    }
+    return [Case(f"{cmd}-arrivals_backwards", back, argv, pattern) for cmd, argv in argvs.items()]
+
+
+CASES = _trace_cases() + _import_cases() + _arg_cases() + _transform_cases()
 
 
 # ----------------------------------------------------------------------------------- runner

@@ -577,3 +577,32 @@ def test_importing_several_mooncake_files_notes_that_their_loads_overlap(tmp_pat
     assert r["code"] == 0 and "2 Mooncake files (a, b) keep their own timestamps" in r["err"]
     r = run_one(str(tmp_path), [*argv[:4], "a.jsonl", "-o", "one.jsonl"])
     assert r["code"] == 0 and "note" not in r["err"]
+
+
+def test_mooncake_files_sharing_a_name_keep_their_tasks_and_hashes_apart(tmp_path: Path) -> None:
+    """d1/trace.jsonl and d2/trace.jsonl: both named their tasks trace-000001 and their hash
+    namespace mooncake:trace, so the import crashed (a call twice) or, with different line
+    counts, took one file's hash ids for the other's blocks."""
+    row = {"timestamp": 0, "input_length": 600, "output_length": 4, "hash_ids": [1, 2]}
+    for d in ("d1", "d2"):
+        (tmp_path / d).mkdir()
+        (tmp_path / d / "trace.jsonl").write_bytes(orjson.dumps(row) + b"\n")
+    trace = import_trace("mooncake", [tmp_path / "d1", tmp_path / "d2"])
+    assert sorted(trace.task_ids) == ["d1/trace-000001", "d2/trace-000001"]
+    assert sorted(c.ns for c in trace.calls) == ["mooncake:d1/trace", "mooncake:d2/trace"]
+    one, two = (next(iter(trace.steps(t))).prompt for t in sorted(trace.task_ids))
+    assert not np.array_equal(one[:512], two[:512])  # hash 1 of each file is its own block
+    assert trace.header.meta["files"] == ["d1/trace.jsonl", "d2/trace.jsonl"]
+
+
+def test_an_import_the_reader_would_refuse_writes_nothing(tmp_path: Path) -> None:
+    from tests.cli_batch import run_one
+
+    req = {"t": 0, "in": 100, "out": 5, "hash_ids": [1], "api_time": 1.0, "think_time": 2e9}
+    src = tmp_path / "c.json"
+    src.write_bytes(orjson.dumps({"id": "c", "block_size": 64, "requests": [req, req]}))
+    (tmp_path / "o.jsonl").write_text("kept\n")  # an earlier output stays as it was
+    r = run_one(str(tmp_path), ["trace", "import", "--from", "weka", str(src), "-o", "o.jsonl"])
+    assert r["code"] == 2 and "gap_s" in r["err"] + r["out"]
+    assert (tmp_path / "o.jsonl").read_text() == "kept\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c.json", "o.jsonl"]  # no temp file

@@ -212,3 +212,26 @@ def test_cli_window_counts_seconds_and_window_calls_counts_indices(tmp_path):
 
     assert shape(by_calls) == shape(slice_trace(orig, start=1, stop=3))
     assert all(len(cs) <= 2 for cs in by_calls.tasks.values())
+
+
+def test_a_block_trace_window_keeps_each_calls_blocks_and_output(tmp_path):
+    """Slicing renumbers a windowed task's calls, and a block trace's stand-in outputs are keyed
+    by the index: they were drawn anew. Now they are written out, as for token-id traces; the
+    blocks (the prefix reuse) were kept before and are now too."""
+    from replay.trace.importers import import_trace
+    from replay.trace.slicing import slice_trace
+    from tests.shared_data import SHARED
+
+    weka = sorted((SHARED / "traces" / "weka").glob("*.json"))[:2]
+    trace = import_trace("weka", weka)
+    cut = slice_trace(trace, start=2, stop=6)
+    for task in cut.task_ids:
+        was = list(trace.steps(task))[2:6]
+        now = list(cut.steps(task))
+        assert len(now) == len(was)
+        for a, b in zip(was, now, strict=True):
+            assert np.array_equal(a.output, b.output)
+            assert a.call.prompt_len == b.call.prompt_len
+            bs = trace.header.block_size
+            full = a.call.prompt_len // bs * bs
+            assert np.array_equal(a.prompt[:full], b.prompt[:full])  # every full block

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from replay.errors import ConfigError
 
-__all__ = ["check_out", "write_out"]
+__all__ = ["check_out", "read_in", "write_out"]
 
 
 def check_out(out: str, cmd: str, sources: Iterable[str] = ()) -> None:
@@ -37,12 +37,25 @@ def check_out(out: str, cmd: str, sources: Iterable[str] = ()) -> None:
             )  # fmt: skip
 
 
+def read_in(file: str):  # noqa: ANN201 (the Trace import stays lazy)
+    """A transform's input, with every check `replay trace validate` makes (the arrival times
+    too: read_trace leaves those to the commands that schedule calls)."""
+    from replay.trace.io import read_trace
+    from replay.trace.schedule import is_open_loop
+
+    trace = read_trace(file)
+    is_open_loop(trace)
+    return trace
+
+
 def write_out(trace: object, out: str, cmd: str) -> None:
-    """write_trace with an unwritable place (no such directory, /proc, read-only) as one line."""
+    """write_trace with an unwritable place (no such directory, /proc, read-only) as one line,
+    and the written bytes read back first: what the reader would refuse is a TraceError naming
+    OUT's line and field, and nothing is written."""
     from replay.trace.io import write_trace
 
     try:
-        write_trace(trace, out)  # type: ignore[arg-type]
+        write_trace(trace, out, verify=True)  # type: ignore[arg-type]
     except OSError as e:
         why = e.strerror or str(e)
         raise ConfigError(f"trace {cmd}", "-o", f"cannot write {out!r}: {why}") from None

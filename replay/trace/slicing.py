@@ -219,7 +219,7 @@ def slice_trace(
         new = _whole_prompt(trace, c) if first and c.index == first else c
         spawn = trace.tasks[c.task][0].parent
         parent = spawn if c.index == first and spawn in kept_refs else None
-        if first and trace.header.tokens == "ids" and new.output is None:
+        if first and new.output is None:  # stand-ins are keyed by the index renumbered here
             new = replace(new, output=trace.output_ids(c))
         if retime:
             new = replace(new, gap_s=_gap_kept_in_place(trace, c, kept_refs, times_s, t0_s))

@@ -77,11 +77,16 @@ def _ordered(trace: Trace) -> list[Call]:
     return [c for cs in trace.tasks.values() for c in sorted(cs, key=lambda c: c.index)]
 
 
-def write_trace(trace: Trace, path: str | os.PathLike, compresslevel: int = 1) -> None:
+def write_trace(
+    trace: Trace, path: str | os.PathLike, compresslevel: int = 1, verify: bool = False
+) -> None:
     """Write `trace` atomically; gzip when the name ends in `.gz`. Tasks are written contiguously.
 
     Level 1 by default: token ids are near-random text, so higher levels save ~10% of the size
-    for ~7x the time.
+    for ~7x the time. With `verify`, the written bytes are read back with every check of the
+    reader (`replay trace validate`'s) before they take `path`: a TraceError naming `path`, its
+    line and field leaves nothing there (an import or transform never writes a file the reader
+    refuses).
     """
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
@@ -105,6 +110,8 @@ def write_trace(trace: Trace, path: str | os.PathLike, compresslevel: int = 1) -
             out.write(b"".join(chunk))
             if out is not raw:
                 out.close()
+        if verify:
+            _read_back(Path(tmp), str(p))
         os.chmod(tmp, 0o644)  # mkstemp makes 0600; a trace is meant to be shared
         os.replace(tmp, p)
     except orjson.JSONEncodeError as e:
@@ -113,3 +120,14 @@ def write_trace(trace: Trace, path: str | os.PathLike, compresslevel: int = 1) -
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def _read_back(tmp: Path, file: str) -> None:
+    """The reader's verdict on the bytes in `tmp`, reported under `file`, the name they are for."""
+    from replay.trace.io import read_bytes_checked
+
+    try:
+        read_bytes_checked(tmp.read_bytes(), file)
+    except TraceError as e:
+        why = f"{e.why} (not written: the reader would refuse this file)"
+        raise TraceError(e.file, e.line, e.field, why) from None

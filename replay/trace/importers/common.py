@@ -22,6 +22,7 @@ __all__ = [
     "iter_jsonl",
     "common_prefix",
     "expand_sources",
+    "unique_names",
     "need",
     "DEFAULT_VOCAB",
 ]
@@ -108,6 +109,21 @@ def expand_sources(sources: Sequence[str | os.PathLike], pattern: str) -> list[P
             again = "" if str(seen) == str(p) else f" (also as {seen})"
             raise TraceError(str(p), None, None, f"given twice{again}; give each source file once")
     return out
+
+
+def unique_names(files: Sequence[Path]) -> dict[Path, str]:
+    """A name for each file, unique among `files`: its stem, or where two files share a stem
+    (d1/trace.jsonl, d2/trace.jsonl), its path from the files' common folder without the suffix
+    (d1/trace, d2/trace). An importer names tasks and hash namespaces by it, so two files' tasks
+    never merge and their hash ids are never taken as shared."""
+    stems = [p.stem for p in files]
+    if len(set(stems)) == len(stems):
+        return dict(zip(files, stems, strict=True))
+    resolved = [p.resolve() for p in files]
+    common = Path(os.path.commonpath([str(r.parent) for r in resolved]))
+    return {
+        p: str(r.relative_to(common).with_suffix("")) for p, r in zip(files, resolved, strict=True)
+    }
 
 
 def token_ids(obj: dict, key: str, file: str, line: int) -> np.ndarray:

@@ -13,7 +13,13 @@ from collections.abc import Sequence
 import numpy as np
 
 from replay.errors import TraceError
-from replay.trace.importers.common import DEFAULT_VOCAB, block_ids, expand_sources, iter_jsonl
+from replay.trace.importers.common import (
+    DEFAULT_VOCAB,
+    block_ids,
+    expand_sources,
+    iter_jsonl,
+    unique_names,
+)
 from replay.trace.model import Call, Trace, TraceHeader
 from replay.trace.schedule import MAX_AT_S, MAX_SPAN_S
 
@@ -54,9 +60,10 @@ def import_mooncake(sources: Sequence[str | os.PathLike], vocab_size: int | None
     bs = MOONCAKE_BLOCK_SIZE
     calls: list[Call] = []
     where: list[tuple[str, int]] = []  # (file, line) of each call, for the span check
+    names = unique_names(files)
     for path in files:
         file = str(path)
-        ns = f"mooncake:{path.stem}"
+        ns = f"mooncake:{names[path]}"  # a file's hash ids are its own
         before = len(calls)
         for lineno, obj in iter_jsonl(path):
             ts = obj.get("timestamp")
@@ -78,7 +85,7 @@ def import_mooncake(sources: Sequence[str | os.PathLike], vocab_size: int | None
                 )
             calls.append(
                 Call(
-                    task=f"{path.stem}-{lineno:06d}",
+                    task=f"{names[path]}-{lineno:06d}",
                     index=0,
                     gap_s=0.0,
                     keep=0,
@@ -98,6 +105,6 @@ def import_mooncake(sources: Sequence[str | os.PathLike], vocab_size: int | None
         vocab_size=vocab_size or DEFAULT_VOCAB,
         block_size=bs,
         source="mooncake",
-        meta={"files": [p.name for p in files], "open_loop": True},
+        meta={"files": [names[p] + p.suffix for p in files], "open_loop": True},
     )
     return Trace(header, calls)

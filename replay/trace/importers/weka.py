@@ -254,6 +254,7 @@ def import_weka(sources: Sequence[str | os.PathLike], vocab_size: int | None = N
     block_size: int | None = None
     calls: list[Call] = []
     seen: set[str] = set()
+    owner: dict[str, Path] = {}  # every task name (sub-agents too) -> the file it came from
     models: set[str] = set()
     for path in files:
         data = load_json(path)
@@ -273,7 +274,15 @@ def import_weka(sources: Sequence[str | os.PathLike], vocab_size: int | None = N
         for r in data.get("requests") or ():
             if isinstance(r, dict) and isinstance(r.get("model"), str):
                 models.add(r["model"])
-        calls.extend(_conversation(path, data, task, bs))
+        conversation = _conversation(path, data, task, bs)
+        for name in dict.fromkeys(c.task for c in conversation):
+            other = owner.setdefault(name, path)
+            if other is not path:
+                raise TraceError(
+                    str(path), None, "id",
+                    f"its task {name!r} is also a task of {other}: give one of them another id",
+                )  # fmt: skip
+        calls.extend(conversation)
     header = TraceHeader(
         tokens="blocks",
         vocab_size=vocab_size or DEFAULT_VOCAB,
