@@ -29,6 +29,7 @@ __all__ = [
     "compare_sides",
     "numeric_metrics",
     "compare_levels",
+    "missing_baselines",
     "default_baselines",
     "welch_compare",
 ]
@@ -139,19 +140,27 @@ def compare_levels(
     baseline: Any,
     metrics: Sequence[str],
     alpha: float = 0.05,
+    design: pd.DataFrame | None = None,
 ) -> pd.DataFrame:
     """Each level of `factor` against `baseline`, at every combination of the other parameters.
 
     Rows: `factor`, `baseline`, `level`, the other parameters, `metric`, then the `Comparison`
-    fields and `method`. `runs` should hold only the runs to count (status ok). A combination
-    where no matching baseline run exists is skipped.
+    fields and `method`. `runs` should hold only the runs to count (status ok); `design` the
+    parameters of every planned point (default: `runs`). A combination where no matching
+    baseline run finished is skipped.
     """
+    design = runs if design is None else design
     others = [p for p in params if p != factor and p in runs.columns]
     metrics = [m for m in metrics if m in runs.columns]
     all_base = runs[runs[factor] == baseline]
-    # The baseline is matched only on what it varies in: a 0 GiB tier run with admission "all"
-    # alone is the no-offload baseline of every admission policy.
-    match_on = [p for p in others if all_base[p].nunique(dropna=False) > 1]
+    planned_base = design[design[factor] == baseline] if factor in design else design[:0]
+    # The baseline is matched only on what the design varies it in: a 0 GiB tier point with
+    # admission "all" alone is the no-offload baseline of every admission policy. Taken from
+    # the plan, not from the runs that finished: with the pool-8 baseline runs failed, pool-8
+    # points were compared with the pool-4 baseline and called real.
+    match_on = [
+        p for p in others if p in planned_base and planned_base[p].nunique(dropna=False) > 1
+    ]
     rows = []
     groups: Iterable[tuple[Any, pd.DataFrame]]
     groups = runs.groupby(others, dropna=False, sort=True) if others else [((), runs)]
@@ -183,6 +192,39 @@ def compare_levels(
     return pd.DataFrame(rows)
 
 
+def missing_baselines(
+    runs: pd.DataFrame,
+    params: Sequence[str],
+    factor: str,
+    baseline: Any,
+    design: pd.DataFrame | None = None,
+) -> list[dict[str, Any]]:
+    """The settings of the other parameters at which `factor` has finished runs off its baseline
+    but no finished baseline run to compare them with (`compare_levels` skips them): a report
+    names them instead of leaving the reader to notice a missing line."""
+    design = runs if design is None else design
+    others = [p for p in params if p != factor and p in runs.columns]
+    planned_base = design[design[factor] == baseline] if factor in design else design[:0]
+    match_on = [
+        p for p in others if p in planned_base and planned_base[p].nunique(dropna=False) > 1
+    ]
+    all_base = runs[runs[factor] == baseline]
+    off = runs[runs[factor] != baseline]
+    if off.empty:
+        return []
+    out = []
+    groups = off.groupby(others, dropna=False, sort=True) if others else [((), off)]
+    for key, _ in groups:
+        key = key if isinstance(key, tuple) else (key,)
+        at = dict(zip(others, key, strict=True))
+        base = all_base
+        for p in match_on:
+            base = base[_equal(base[p], at[p])]
+        if base.empty:
+            out.append({p: at[p] for p in match_on})
+    return list({tuple(sorted(d.items())): d for d in out}.values())
+
+
 def _equal(col: pd.Series, value: Any) -> pd.Series:
     if isinstance(value, float) and math.isnan(value):
         return col.isna()
@@ -195,10 +237,15 @@ def all_comparisons(
     metrics: Sequence[str],
     baselines: Mapping[str, Any] | None = None,
     alpha: float = 0.05,
+    design: pd.DataFrame | None = None,
 ) -> pd.DataFrame:
-    """`compare_levels` for every parameter that has a baseline, stacked into one table."""
-    baselines = default_baselines(runs, params) if baselines is None else baselines
-    frames = [compare_levels(runs, params, f, b, metrics, alpha) for f, b in baselines.items()]
+    """`compare_levels` for every parameter that has a baseline, stacked into one table; the
+    baselines and what they are matched on come from `design` (default: `runs`)."""
+    design = runs if design is None else design
+    baselines = default_baselines(design, params) if baselines is None else baselines
+    frames = [
+        compare_levels(runs, params, f, b, metrics, alpha, design) for f, b in baselines.items()
+    ]
     frames = [f for f in frames if not f.empty]
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 

@@ -119,28 +119,33 @@ def add_derived(
     runs: pd.DataFrame,
     params: Sequence[str] = (),
     baseline: Mapping[str, Any] | None = None,
+    design: pd.DataFrame | None = None,
 ) -> pd.DataFrame:
     """A copy of `runs` with every derived column whose inputs exist.
 
     `relative_makespan` divides each run's makespan by the mean makespan of the matching baseline
     runs: those equal to `baseline` on its keys and to the run on every other parameter that the
-    baseline runs vary in. Default baseline: the smallest host tier (no offload when the sweep has a 0 GiB point).
+    baseline points vary in. Default baseline: the smallest host tier (no offload when the sweep
+    has a 0 GiB point). Both come from `design` (the parameters of every planned point; default:
+    `runs`), not from the runs that finished: with the baseline's pool-8 runs failed, a pool-8
+    run was divided by the pool-4 baseline, as if pool were not part of the design.
     """
+    design = runs if design is None else design
     out = runs.copy()
     for name, (fn, inputs) in DERIVED_METRICS.items():
         if all(c in out.columns for c in inputs):
             out[name] = fn(out[inputs[0]], out[inputs[1]])
-    if baseline is None and TIER_PARAM in params and TIER_PARAM in out.columns:
-        tiers = pd.to_numeric(out[TIER_PARAM], errors="coerce").dropna()
+    if baseline is None and TIER_PARAM in params and TIER_PARAM in design.columns:
+        tiers = pd.to_numeric(design[TIER_PARAM], errors="coerce").dropna()
         if not tiers.empty:
             baseline = {TIER_PARAM: tiers.min()}
     if baseline and "makespan_s" in out.columns:
-        out["relative_makespan"] = _relative_to_baseline(out, params, baseline)
+        out["relative_makespan"] = _relative_to_baseline(out, params, baseline, design)
     return out
 
 
 def _relative_to_baseline(
-    runs: pd.DataFrame, params: Sequence[str], baseline: Mapping[str, Any]
+    runs: pd.DataFrame, params: Sequence[str], baseline: Mapping[str, Any], design: pd.DataFrame
 ) -> pd.Series:
     ok = (
         runs["status"].eq(RunStatus.OK)
@@ -151,13 +156,17 @@ def _relative_to_baseline(
     for key, value in baseline.items():
         is_base &= runs[key].eq(value)
     base = runs[is_base]
+    planned_base = design
+    for key, value in baseline.items():
+        planned_base = planned_base[planned_base[key].eq(value)] if key in design else design[:0]
     # Match on the parameters the baseline itself varies in: a 0 GiB point run only with
     # admission "all" is the baseline of every admission policy (admission cannot act without a tier).
     others = [
         p
         for p in params
-        if p not in baseline and p in runs.columns and base[p].nunique(dropna=False) > 1
-    ]
+        if p not in baseline and p in runs.columns and p in planned_base.columns
+        and planned_base[p].nunique(dropna=False) > 1
+    ]  # fmt: skip
     if others:
         means = base.groupby(others, dropna=False)["makespan_s"].mean()
         keys = (

@@ -29,11 +29,19 @@ def load_side(path: str):
     if p.parent.is_dir() and any((d / "run.json").is_file() for d in p.glob("r*")):
         p, point = p.parent, p.name  # RESULTS_DIR/POINT
     results = load_results(p)
-    runs = results.ok_runs()
+    every = results.runs
     notes = list(results.notes)
     if point is not None:
-        runs = runs[runs["point"] == point]
+        every = every[every["point"] == point]
         notes = [n for n in notes if n.startswith(f"{point}/")]
+    runs = every[every["status"] == "ok"]
+    left_out = every[every["status"] != "ok"]
+    if not left_out.empty:  # the statistics count finished runs only, as the report's do
+        said = ", ".join(
+            f"{r} ({st})" for r, st in zip(left_out["repeat"], left_out["status"], strict=True)
+        )
+        where = p / point if point is not None else p
+        click.echo(f"replay: {where}: left out, not finished with status ok: {said}", err=True)
     points = sorted(set(runs["point"])) if "point" in runs else []
     if len(points) > 1:
         raise ConfigError(
@@ -42,7 +50,7 @@ def load_side(path: str):
         )  # fmt: skip
     if runs.empty:
         why = f" ({'; '.join(notes)})" if notes else ""
-        raise ConfigError(path, None, f"no finished runs (status ok or errors) here{why}")
+        raise ConfigError(path, None, f"no finished runs (status ok) here{why}")
     for note in notes:  # what was left out of the comparison, and why
         click.echo(f"replay: {p / note}", err=True)
     # the matrix's settings name the point; they are not measurements to compare
@@ -55,9 +63,10 @@ def _num(v: float) -> str:
     return "-" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.6g}"
 
 
-def format_comparison(table, name_a: str, name_b: str) -> list[str]:
-    """The comparison as aligned text lines."""
-    head = f"{'metric':<28}{'A':>13}{'B':>13}{'B - A':>13}{'95% interval':>30}{'n':>7}  verdict"
+def format_comparison(table, name_a: str, name_b: str, alpha: float = 0.05) -> list[str]:
+    """The comparison as aligned text lines; the interval is the (1 - alpha) one."""
+    level = f"{(1 - alpha) * 100:.4g}% interval"
+    head = f"{'metric':<28}{'A':>13}{'B':>13}{'B - A':>13}{level:>30}{'n':>7}  verdict"
     lines = [f"A = {name_a}", f"B = {name_b}", head]
     for r in table.itertuples(index=False):
         ci = "-" if math.isnan(r.diff_low) else f"[{_num(r.diff_low)}, {_num(r.diff_high)}]"
@@ -104,5 +113,5 @@ def command(a: str, b: str, alpha: float, csv_out: str | None) -> None:
         except OSError as e:
             why = e.strerror or str(e)
             raise ConfigError("compare", "--csv", f"cannot write {csv_out!r}: {why}") from None
-    for line in format_comparison(table, a, b):
+    for line in format_comparison(table, a, b, alpha):
         click.echo(line)

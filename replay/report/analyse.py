@@ -12,7 +12,7 @@ import pandas as pd
 from replay.analysis.aggregate import aggregate
 from replay.analysis.compare import all_comparisons
 from replay.analysis.derived import TIER_PARAM, add_derived, pressure_ratio, recorded_makespan_s
-from replay.analysis.load import Results
+from replay.analysis.load import Results, parse_point_name
 from replay.analysis.predictions import compare_predictions, prediction_table, working_set_by_run
 from replay.errors import ReplayError
 from replay.trace.io import iter_calls
@@ -49,6 +49,7 @@ class Analysis:
     pred_errors: pd.DataFrame
     comparisons: pd.DataFrame
     working_sets: list[float]
+    design: pd.DataFrame  # the parameters of every planned point (`planned_design`)
 
 
 def analyse(results: Results) -> Analysis:
@@ -61,7 +62,8 @@ def analyse(results: Results) -> Analysis:
     )
     if "recorded_makespan_s" not in runs.columns:
         runs = runs.assign(recorded_makespan_s=_recorded_makespans(runs))
-    runs = add_derived(runs, params)
+    design = planned_design(results, runs, params)
+    runs = add_derived(runs, params, design=design)
     runs["working_set_gib"] = working_set_by_run(runs, predicted, params)
     if TIER_PARAM in runs.columns:
         runs["pressure_ratio"] = pressure_ratio(runs["working_set_gib"], runs[TIER_PARAM])
@@ -69,9 +71,22 @@ def analyse(results: Results) -> Analysis:
     metrics = [c for c in _numeric_columns(runs) if c not in params]
     agg = aggregate(ok, params, metrics)
     pred_errors = compare_predictions(predicted, agg, params)
-    comparisons = all_comparisons(ok, params, VERDICT_METRICS)
+    comparisons = all_comparisons(ok, params, VERDICT_METRICS, design=design)
     ws = sorted({float(w) for w in runs["working_set_gib"].dropna().unique()})
-    return Analysis(results, params, runs, ok, agg, predicted, pred_errors, comparisons, ws)
+    return Analysis(results, params, runs, ok, agg, predicted, pred_errors, comparisons, ws, design)
+
+
+def planned_design(results: Results, runs: pd.DataFrame, params: list[str]) -> pd.DataFrame:
+    """The parameters of every point the sweep planned: its runs, whatever their status, and
+    the planned runs that never started (their point names). Baselines are chosen and matched
+    on this, so a failed or missing baseline leaves its rows uncompared instead of compared
+    with another configuration."""
+    cols = [p for p in params if p in runs.columns]
+    never = [parse_point_name(rel.rsplit("/", 1)[0]) for rel in results.not_started]
+    if not never:
+        return runs[cols]
+    planned = pd.DataFrame(never).reindex(columns=cols)
+    return pd.concat([runs[cols], planned], ignore_index=True)
 
 
 def _recorded_makespans(runs: pd.DataFrame) -> pd.Series:

@@ -30,8 +30,9 @@ MAX_TTFT_RUNS = 60  # beyond this, TTFT CDFs use the first repeat of each point 
 
 
 def _representative_run(ok: pd.DataFrame) -> pd.Series | None:
-    """The finished run whose makespan is closest to the median of all finished runs."""
-    if ok.empty:
+    """The finished run whose makespan is closest to the median of all finished runs (None
+    when there is none, or the runs were read from the summary table, with no run folders)."""
+    if ok.empty or "run_dir" not in ok.columns:
         return None
     if "makespan_s" not in ok.columns or ok["makespan_s"].isna().all():
         return ok.iloc[0]
@@ -91,6 +92,8 @@ def draw_figures(
 
     ttft: dict[str, np.ndarray] = {}
     runs = a.ok if len(a.ok) <= MAX_TTFT_RUNS else a.ok.drop_duplicates("point")
+    if "run_dir" not in runs.columns:  # read from the summary table: no per-call files
+        runs = runs[:0].assign(run_dir=[])
     keys = [p for p in a.params if p in runs.columns]
     runs = runs.sort_values(keys, kind="stable") if keys else runs
     for point, group in runs.groupby("point", sort=False):

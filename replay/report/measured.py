@@ -95,6 +95,7 @@ def measured_tables(a: Analysis) -> list[str]:
             n = max((int(s["n"]) for s in stats if s is not None), default=0)
             cells = [
                 fmt_interval(s["mean"], s["half_width"], s["n"], s["min"], s["max"], show_n=False)
+                + _fewer(int(s["n"]), n)
                 if s is not None
                 else "-"
                 for s in stats
@@ -102,7 +103,8 @@ def measured_tables(a: Analysis) -> list[str]:
             rows.append([*(plain(v) for v in point.to_numpy()), n, *cells])
         lines += [
             f"**{title}** (mean ± 95% t-interval half-width [min–max] over repeats; a point with "
-            "one repeat has no interval)",
+            "one repeat has no interval; `(n=K)`: a cell from fewer runs than the row's n, where "
+            "some runs did not give that number)",
             "",
         ]
         lines += md_table(header, rows)
@@ -198,8 +200,14 @@ def prediction_errors(a: Analysis) -> list[str]:
         )
     lines = [
         "Error = (point prediction − measured) / measured. Agrees: the pre-registered range "
-        "overlaps the measured 95% interval (docs/model.md, Ranges); a prediction without a range: "
-        "the point lies inside the interval.",
+        "overlaps the measured 95% interval (docs/model.md, Ranges), or with one repeat (no "
+        "interval) contains the measured value; a prediction without a range: the point lies "
+        "inside the interval (`-` with one repeat).",
         "",
     ]
     return lines + md_table(header, rows)
+
+
+def _fewer(cell_n: int, row_n: int) -> str:
+    """` (n=K)` when a cell counts fewer runs than its row's n column says."""
+    return f" (n={cell_n})" if 0 < cell_n < row_n else ""

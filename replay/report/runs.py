@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 
 from replay import __version__
-from replay.analysis.compare import METHOD, REAL, SINGLE_REPEAT, WITHIN_NOISE
+from replay.analysis.compare import METHOD, REAL, SINGLE_REPEAT, WITHIN_NOISE, missing_baselines
 from replay.analysis.load import load_calls
 from replay.analysis.words import comparison_sentence
 from replay.report.analyse import Analysis
@@ -46,7 +46,9 @@ def what_is_real(a: Analysis) -> list[str]:
         "",
     ]
     tested = int(counts.get(REAL, 0) + counts.get(WITHIN_NOISE, 0))
-    if tested >= 10:  # the p-values are per comparison: say what that means for many of them
+    # the p-values are per comparison: say what that means for many of them (identical repeats
+    # test nothing: their differences are exact, and none is real by chance)
+    if tested >= 10 and not _noise_free(a):
         lines += [
             f"{tested} comparisons were tested, each at α = 0.05 and none corrected for the "
             f"others: if nothing differed, about {tested * 0.05:.0f} of them would still be "
@@ -62,8 +64,23 @@ def what_is_real(a: Analysis) -> list[str]:
         for _, row in group.iterrows():
             fields = {str(k): v for k, v in row.items()}
             lines.append("- " + comparison_sentence(fields, {k: row[k] for k in others}))
+        lines += _not_compared(a, str(factor), group["baseline"].iloc[0])
         lines.append("")
     return lines
+
+
+def _not_compared(a: Analysis, factor: str, baseline: object) -> list[str]:
+    """Settings at which no baseline run finished: those points have no line above."""
+    gaps = missing_baselines(a.ok, a.params, factor, baseline, a.design)
+    if not gaps:
+        return []
+    where = "; ".join(
+        ", ".join(f"{k}={plain(v)}" for k, v in at.items()) or "every setting" for at in gaps
+    )
+    return [
+        f"- Not compared, since no {factor}={plain(baseline)} run finished there "
+        f"(see Runs): at {where}."
+    ]
 
 
 def failures(a: Analysis) -> list[str]:
@@ -81,7 +98,8 @@ def failures(a: Analysis) -> list[str]:
     ]
     rows = []
     for _, r in bad.iterrows():
-        why = r.get("error") or ""
+        why = r.get("error")
+        why = why if isinstance(why, str) else ""  # a run with no run.json has NaN here
         tail = r.get("log_tail")
         if isinstance(tail, str) and tail.strip():
             why = (
@@ -90,14 +108,14 @@ def failures(a: Analysis) -> list[str]:
                 else f"log: {tail.strip().splitlines()[-1]}"
             )
         calls = r.get("calls")
-        if calls is None or pd.isna(calls):
+        if (calls is None or pd.isna(calls)) and isinstance(r.get("run_dir"), str):
             calls = len(load_calls(r["run_dir"]))  # no summary: count what the driver streamed
         rows.append(
             [
                 r["point"] or "-",
                 r["repeat"],
                 r["status"],
-                int(calls),
+                "-" if calls is None or pd.isna(calls) else int(calls),
                 str(why)[:200] or "-",
             ]
         )

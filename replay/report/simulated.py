@@ -88,10 +88,14 @@ def simulated_section(
         ]
     rows = []
     unreported: dict[str, None] = {}  # quantities no measured run gave (ordered set)
+    unfinished: list[str] = []  # points with no finished measured run: nothing to compare
     for point in meas_points:
         if point not in sim_points:
             continue
         m_pt, s_pt = meas[meas["point"] == point], sim[sim["point"] == point]
+        if m_pt.empty:
+            unfinished.append(point)
+            continue
         for col, fraction in SIMULATED_QUANTITIES:
             if col not in m_pt.columns or col not in s_pt.columns:
                 continue
@@ -137,8 +141,15 @@ def simulated_section(
                 "not a zero.",
                 "",
             ]
-    else:
+    elif not unfinished:
         lines += ["No point of the simulated sweep has the name of a measured point.", ""]
+    if unfinished:
+        lines += [
+            "No measured run finished at "
+            + ", ".join(f"`{p}`" for p in unfinished)
+            + " (see Runs): not compared.",
+            "",
+        ]
     only_meas = [p for p in meas_points if p not in sim_points]
     only_sim = sorted(sim_points - set(meas_points))
     if only_meas:

@@ -1,0 +1,118 @@
+"""A partly finished sweep: baselines are chosen and matched on the planned design, not on the
+runs that finished, and what could not be compared is named. Before, with every pool-8
+baseline run failed, pool-8 points were compared with the pool-4 baseline and called real."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+
+from replay.analysis.load import load_results
+from replay.report.analyse import analyse
+from replay.report.runs import what_is_real
+from tests.report_results_builder import point_name, write_run
+from tests.subprocess_helpers import replay_cli
+
+# makespan by (tier, pool): the offload helps more at pool 8, and pool 8 is slower at tier 0
+MAKESPAN = {(0, 4): 100.0, (0, 8): 130.0, (8, 4): 80.0, (8, 8): 60.0}
+
+
+def _sweep(root: Path, failed: set[tuple[int, int]] = frozenset(), unstarted=()) -> Path:
+    root.mkdir(parents=True)
+    (root / "experiment.toml").write_text('name = "d"\nrepeats = 3\n')
+    planned = []
+    for (tier, pool), makespan in MAKESPAN.items():
+        point = {"host_tier_gib": tier, "pool": pool}
+        for r in range(3):
+            planned.append(f"{point_name(point)}/r{r}")
+            if (tier, pool) in unstarted:
+                continue
+            summary = {"makespan_s": makespan + r, "calls": 10, "prompt_tokens": 1000,
+                       "computed_prefill_tokens": 500}  # fmt: skip
+            status = "failed" if (tier, pool) in failed else "ok"
+            write_run(root, point, r, summary=summary, status=status, error="boom")
+    (root / "plan.json").write_text(json.dumps({"runs": planned}))
+    return root
+
+
+def _tier_rows(a) -> pd.DataFrame:
+    c = a.comparisons
+    return c[(c["factor"] == "host_tier_gib") & (c["metric"] == "makespan_s")]
+
+
+def test_the_complete_sweep_compares_each_pool_with_its_own_baseline(tmp_path):
+    a = analyse(load_results(_sweep(tmp_path / "d")))
+    rows = _tier_rows(a).set_index("pool")
+    assert rows.loc[8, "mean_a"] == 131.0 and rows.loc[4, "mean_a"] == 101.0
+    rel = a.runs.set_index(["host_tier_gib", "pool", "repeat"])["relative_makespan"]
+    assert abs(rel[(8, 8, "r0")] - 60.0 / 131.0) < 1e-12
+
+
+def test_a_failed_baseline_leaves_its_points_uncompared_and_says_so(tmp_path):
+    for name, kw in (("failed", {"failed": {(0, 8)}}), ("unstarted", {"unstarted": {(0, 8)}})):
+        a = analyse(load_results(_sweep(tmp_path / name, **kw)))
+        rows = _tier_rows(a)
+        assert list(rows["pool"]) == [4], name  # pool 8 has no baseline that finished
+        assert rows["mean_a"].iloc[0] == 101.0
+        rel = a.runs.set_index(["host_tier_gib", "pool", "repeat"])["relative_makespan"]
+        assert pd.isna(rel[(8, 8, "r0")]), name  # was 60 / 101, against pool 4's baseline
+        text = "\n".join(what_is_real(a))
+        assert "Not compared, since no host_tier_gib=0 run finished there" in text
+        assert "at pool=8." in text
+
+
+def test_compare_says_which_runs_it_left_out_and_the_level_it_was_asked(tmp_path):
+    root = _sweep(tmp_path / "d", failed={(8, 8)})
+    (root / "host_tier_gib=0,pool=4" / "r2" / "run.json").write_text(
+        (root / "host_tier_gib=0,pool=4" / "r2" / "run.json")
+        .read_text()
+        .replace('"status": "ok"', '"status": "errors"')
+    )
+    cp = replay_cli(
+        "compare", str(root / "host_tier_gib=0,pool=4"), str(root / "host_tier_gib=8,pool=4"),
+        "--alpha", "0.1",
+    )  # fmt: skip
+    assert cp.returncode == 0, cp.stderr
+    assert "host_tier_gib=0,pool=4: left out, not finished with status ok: r2 (errors)" in cp.stderr
+    assert "90% interval" in cp.stdout and "95%" not in cp.stdout
+    none = replay_cli(
+        "compare", str(root / "host_tier_gib=0,pool=4"), str(root / "host_tier_gib=8,pool=8")
+    )
+    assert none.returncode == 2 and "no finished runs (status ok) here" in none.stderr
+
+
+def test_a_report_from_the_summary_table_alone_draws_what_it_can(tmp_path):
+    """With only summary.parquet (a documented fallback), the figures needing per-call files
+    raised KeyError 'run_dir' and no report was written."""
+    from replay.report import write_report
+
+    exp = tmp_path / "e"
+    exp.mkdir()
+    pd.DataFrame(
+        {
+            "experiment": ["e"] * 4,
+            "point": ["host_tier_gib=0"] * 2 + ["host_tier_gib=5"] * 2,
+            "repeat": ["r0", "r1"] * 2,
+            "host_tier_gib": [0, 0, 5, 5],
+            "status": ["ok", "ok", "ok", "failed"],
+            "makespan_s": [10.0, 11.0, 7.0, None],
+        }
+    ).to_parquet(exp / "summary.parquet")
+    out = write_report(exp)
+    text = out.report.read_text()
+    assert out.figures  # the figures drawn from the aggregate table
+    assert "makespan" in text and "| host_tier_gib=5 | r1 | failed | - | - |" in text
+
+
+def test_a_run_without_run_json_has_no_nan_reason(tmp_path):
+    root = _sweep(tmp_path / "d")
+    (root / "host_tier_gib=8,pool=8" / "r2" / "run.json").unlink()
+    (root / "host_tier_gib=8,pool=8" / "r2" / "counters.json").write_text("{}")
+    lines = what_is_real(analyse(load_results(root)))  # analyses without it
+    assert lines
+    from replay.report.runs import failures
+
+    (row,) = [x for x in failures(analyse(load_results(root))) if "| r2 |" in x]
+    assert "nan" not in row and row.endswith("| - |")
