@@ -11,7 +11,7 @@ out of that division, which the report states).
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -147,29 +147,11 @@ def compare_levels(
     Rows: `factor`, `baseline`, `level`, the other parameters, `metric`, then the `Comparison`
     fields and `method`. `runs` should hold only the runs to count (status ok); `design` the
     parameters of every planned point (default: `runs`). A combination where no matching
-    baseline run finished is skipped.
+    baseline run finished is skipped (`missing_baselines` names them).
     """
-    design = runs if design is None else design
-    others = [p for p in params if p != factor and p in runs.columns]
     metrics = [m for m in metrics if m in runs.columns]
-    all_base = runs[runs[factor] == baseline]
-    planned_base = design[design[factor] == baseline] if factor in design else design[:0]
-    # The baseline is matched only on what the design varies it in: a 0 GiB tier point with
-    # admission "all" alone is the no-offload baseline of every admission policy. Taken from
-    # the plan, not from the runs that finished: with the pool-8 baseline runs failed, pool-8
-    # points were compared with the pool-4 baseline and called real.
-    match_on = [
-        p for p in others if p in planned_base and planned_base[p].nunique(dropna=False) > 1
-    ]
     rows = []
-    groups: Iterable[tuple[Any, pd.DataFrame]]
-    groups = runs.groupby(others, dropna=False, sort=True) if others else [((), runs)]
-    for key, group in groups:
-        key = key if isinstance(key, tuple) else (key,)
-        at = dict(zip(others, key, strict=True))
-        base = all_base
-        for p in match_on:
-            base = base[_equal(base[p], at[p])]
+    for at, group, base, _ in _against_baseline(runs, params, factor, baseline, design):
         if base.empty:
             continue
         for level in _sorted_levels(group[factor]):
@@ -199,30 +181,47 @@ def missing_baselines(
     baseline: Any,
     design: pd.DataFrame | None = None,
 ) -> list[dict[str, Any]]:
-    """The settings of the other parameters at which `factor` has finished runs off its baseline
-    but no finished baseline run to compare them with (`compare_levels` skips them): a report
-    names them instead of leaving the reader to notice a missing line."""
+    """The settings (of the parameters the baseline is matched on) at which `factor` has
+    finished runs off its baseline but no finished baseline run to compare them with
+    (`compare_levels` skips them): a report names them instead of leaving the reader to notice
+    a missing line."""
+    out: dict[tuple, dict[str, Any]] = {}
+    for at, group, base, match_on in _against_baseline(runs, params, factor, baseline, design):
+        if base.empty and (group[factor] != baseline).any():
+            where = {p: at[p] for p in match_on}
+            out.setdefault(tuple(sorted(where.items())), where)
+    return list(out.values())
+
+
+def _against_baseline(
+    runs: pd.DataFrame,
+    params: Sequence[str],
+    factor: str,
+    baseline: Any,
+    design: pd.DataFrame | None,
+) -> Iterator[tuple[dict[str, Any], pd.DataFrame, pd.DataFrame, list[str]]]:
+    """(the other parameters' values, their runs, the matching baseline runs, what the baseline
+    is matched on) for every combination of the parameters other than `factor`."""
     design = runs if design is None else design
     others = [p for p in params if p != factor and p in runs.columns]
+    all_base = runs[runs[factor] == baseline]
     planned_base = design[design[factor] == baseline] if factor in design else design[:0]
+    # The baseline is matched only on what the design varies it in: a 0 GiB tier point with
+    # admission "all" alone is the no-offload baseline of every admission policy. Taken from
+    # the plan, not from the runs that finished: with the pool-8 baseline runs failed, pool-8
+    # points were compared with the pool-4 baseline and called real.
     match_on = [
         p for p in others if p in planned_base and planned_base[p].nunique(dropna=False) > 1
     ]
-    all_base = runs[runs[factor] == baseline]
-    off = runs[runs[factor] != baseline]
-    if off.empty:
-        return []
-    out = []
-    groups = off.groupby(others, dropna=False, sort=True) if others else [((), off)]
-    for key, _ in groups:
+    groups: Iterable[tuple[Any, pd.DataFrame]]
+    groups = runs.groupby(others, dropna=False, sort=True) if others else [((), runs)]
+    for key, group in groups:
         key = key if isinstance(key, tuple) else (key,)
         at = dict(zip(others, key, strict=True))
         base = all_base
         for p in match_on:
             base = base[_equal(base[p], at[p])]
-        if base.empty:
-            out.append({p: at[p] for p in match_on})
-    return list({tuple(sorted(d.items())): d for d in out}.values())
+        yield at, group, base, match_on
 
 
 def _equal(col: pd.Series, value: Any) -> pd.Series:
