@@ -17,6 +17,7 @@ from replay.sweep.results import RUN_FILES, write_bytes_atomic, write_json_atomi
 
 __all__ = [
     "load_trace",
+    "check_experiment_file",
     "keep_experiment_file",
     "write_predictions",
     "predictions_wanted",
@@ -55,23 +56,31 @@ def load_trace(exp: Experiment):
         raise ConfigError(exp.source, "trace.synth.fold", f"bad fold: {e}") from None
 
 
-def keep_experiment_file(exp: Experiment, exp_dir: Path, *, force: bool) -> None:
-    """Copy the experiment file into the results folder. Resuming with a changed file would mix
-    two experiments under one name, so that is refused unless --force. A folder that holds no
-    run yet (a sweep that stopped before its first run: a bad trace, a failed preflight) has
-    nothing to mix: the changed file replaces the kept one, and predictions made from the old
-    file, if any, go with it."""
+def check_experiment_file(exp: Experiment, exp_dir: Path, *, force: bool) -> bytes:
+    """The experiment file's bytes, once checked against the copy kept in the results folder.
+    Resuming with a changed file would mix two experiments under one name, so that is refused
+    unless --force. A folder that holds no run yet (a sweep that stopped before its first run:
+    a bad trace, a failed preflight) has nothing to mix. Nothing is written here: the copy is
+    kept (`keep_experiment_file`) once the trace has loaded and the preflight passed, so a
+    refused --force never replaces the file the runs there were made from."""
     text = Path(exp.source).read_bytes()
     kept = exp_dir / "experiment.toml"
-    if kept.exists() and not force and kept.read_bytes() != text and not _run_dirs(exp_dir):
-        (exp_dir / PREDICTIONS_FILE).unlink(missing_ok=True)
-    elif kept.exists() and not force and kept.read_bytes() != text:
+    if kept.exists() and not force and kept.read_bytes() != text and _run_dirs(exp_dir):
         raise ConfigError(
             exp.source,
             None,
             f"differs from {kept} of the runs already there; rerun with --force to start over, "
             "or give the experiment a new name",
         )
+    return text
+
+
+def keep_experiment_file(exp_dir: Path, text: bytes) -> None:
+    """Keep `text` (checked by `check_experiment_file`) as the results folder's experiment.toml;
+    predictions made from a different file go with the file they were made from."""
+    kept = exp_dir / "experiment.toml"
+    if kept.exists() and kept.read_bytes() != text:
+        (exp_dir / PREDICTIONS_FILE).unlink(missing_ok=True)
     write_bytes_atomic(kept, text)
 
 

@@ -28,6 +28,7 @@ from replay.status import RunStatus
 from replay.sweep.config import Experiment
 from replay.sweep.plan import PlannedRun, plan_runs
 from replay.sweep.prepare import (
+    check_experiment_file,
     keep_experiment_file,
     load_trace,
     set_aside_unplanned,
@@ -169,7 +170,7 @@ class SweepRunner(RunSteps):
 
         for pgid in stop_leftover_servers(self.exp_dir, self.exp.timeouts.stop_grace_s):
             self.echo(f"stopped server process group {pgid} left running by an earlier sweep")
-        keep_experiment_file(self.exp, self.exp_dir, force=self.force)
+        text = check_experiment_file(self.exp, self.exp_dir, force=self.force)
         if self.exp.trace.synth is not None:  # a paper-scale synthesis takes seconds
             self.echo(f"{self.exp.name}: synthesizing the trace ...")
         self.trace = load_trace(self.exp)
@@ -180,7 +181,10 @@ class SweepRunner(RunSteps):
             from replay.engines.preflight import require_ready  # engine environment, GPUs, ...
 
             require_ready(self.exp, self.trace, self.exp_dir)  # a failure stops the sweep here
+            keep_experiment_file(self.exp_dir, text)
             self.predict()
+        else:
+            keep_experiment_file(self.exp_dir, text)
         planned = plan_runs(self.exp, self.order)
         if self.force:  # a changed experiment's runs are set aside, not mixed into this one's
             moved = set_aside_unplanned(self.exp_dir, {p.rel_dir for p in planned})
