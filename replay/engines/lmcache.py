@@ -36,7 +36,7 @@ import orjson
 from replay.counters import Samples
 from replay.engines import vllm
 from replay.engines.base import EngineAdapter, LaunchSpec
-from replay.engines.common import extra_args, extra_env, flag_value
+from replay.engines.common import INT_1, STR, check_option_types, extra_args, extra_env, flag_value
 from replay.metrics.counters import one_rank, sample_sum
 
 __all__ = ["ADAPTER", "launch", "map_counters", "LMCACHE_OPTIONS"]
@@ -46,12 +46,19 @@ PINNED_VERSION = "0.5.6"
 
 LMCACHE_OPTIONS = (vllm.VLLM_OPTIONS - {"dev_mode"}) | {"chunk_tokens", "prometheus_dir"}
 
+LMCACHE_OPTION_TYPES = {
+    **{k: v for k, v in vllm.VLLM_OPTION_TYPES.items() if k in LMCACHE_OPTIONS},
+    "chunk_tokens": INT_1,
+    "prometheus_dir": STR,
+}
+
 CONNECTOR = {"kv_connector": "LMCacheConnectorV1", "kv_role": "kv_both"}
 
 
 def launch(options: Mapping[str, Any], host: str, port: int) -> LaunchSpec:
     """vLLM argv + `--kv-transfer-config` for LMCacheConnectorV1; LMCache's CPU tier via env.
     Tier 0: plain vLLM (no connector, no LMCache environment)."""
+    check_option_types(options, "lmcache", LMCACHE_OPTION_TYPES)
     argv = vllm.server_argv(options, host, port, engine="lmcache")
     host_gib = float(options.get("host_tier_gib") or 0)
     env = {"VLLM_SERVER_DEV_MODE": "1"}

@@ -29,7 +29,14 @@ from typing import Any
 from replay.counters import COMPUTED_PREFILL_TOKENS, Samples
 from replay.engines.base import EngineAdapter, LaunchSpec, gpus_per_tp, openai_extras
 from replay.engines.common import (
+    FRACTION,
+    INT_0,
+    INT_1,
+    LAUNCH_OPTION_TYPES,
     LAUNCH_OPTIONS,
+    NUM_0,
+    STR,
+    check_option_types,
     extra_args,
     extra_env,
     flag_value,
@@ -74,6 +81,19 @@ SGLANG_OPTIONS = LAUNCH_OPTIONS | {
     "max_running_requests",
 }
 
+SGLANG_OPTION_TYPES = {
+    **LAUNCH_OPTION_TYPES,
+    "tp": INT_1,
+    "device_kv_tokens": INT_1,
+    "mem_fraction_static": FRACTION,
+    "host_tier_gib": NUM_0,
+    "write_policy": STR,
+    "page_size": INT_1,
+    "io_backend": STR,
+    "seed": INT_0,
+    "max_running_requests": INT_1,
+}
+
 _VALUE_FLAGS = {
     "tp": "--tp-size",
     "device_kv_tokens": "--max-total-tokens",
@@ -101,6 +121,7 @@ def hicache_size_gb(host_tier_gib: float) -> int:
 
 def launch(options: Mapping[str, Any], host: str, port: int) -> LaunchSpec:
     """argv + env for one SGLang server; metrics and per-request cache reports switched on."""
+    check_option_types(options, "sglang", SGLANG_OPTION_TYPES)
     argv = [
         str(options.get("python", "python")),
         "-m",

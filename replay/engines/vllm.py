@@ -22,7 +22,16 @@ from typing import Any
 from replay.counters import COMPUTED_PREFILL_TOKENS, Samples
 from replay.engines.base import ONE_CPU, EngineAdapter, LaunchSpec, gpus_per_tp, openai_extras
 from replay.engines.common import (
+    BOOL,
+    FRACTION,
+    INT_0,
+    INT_1,
+    LAUNCH_OPTION_TYPES,
     LAUNCH_OPTIONS,
+    NUM_0,
+    NUM_POSITIVE,
+    STR,
+    check_option_types,
     extra_args,
     extra_env,
     flag_value,
@@ -64,6 +73,28 @@ VLLM_OPTIONS = LAUNCH_OPTIONS | {
     "dev_mode",
     "vllm_version",
     "device",
+}
+
+VLLM_OPTION_TYPES = {
+    **LAUNCH_OPTION_TYPES,
+    "tp": INT_1,
+    "device_kv_gib": NUM_POSITIVE,
+    "kv_cache_memory_bytes": INT_1,
+    "gpu_memory_utilization": FRACTION,
+    "host_tier_gib": NUM_0,
+    "max_model_len": INT_1,
+    "max_num_seqs": INT_1,
+    "max_num_batched_tokens": INT_1,
+    "block_size": INT_1,
+    "enforce_eager": BOOL,
+    "load_format": STR,
+    "seed": INT_0,
+    "dtype": STR,
+    "logits_processors": STR,
+    "forcing": BOOL,
+    "dev_mode": BOOL,
+    "vllm_version": STR,
+    "device": STR,
 }
 
 # The release the contract tests check this adapter against (make test-contracts).
@@ -201,6 +232,7 @@ def resources(options: Mapping[str, Any]) -> dict[str, float]:
 
 def launch(options: Mapping[str, Any], host: str, port: int) -> LaunchSpec:
     """argv + env for one vLLM server; the host tier is vLLM's native CPU offloading."""
+    check_option_types(options, "vllm", VLLM_OPTION_TYPES)
     device(options)  # refuse a bad value before any launch
     argv = server_argv(options, host, port)
     total_gib = offloading_size_gib(options)
