@@ -256,21 +256,25 @@ def test_a_bad_costs_file_names_the_file_and_field(tmp_path):
         load_costs(tmp_path / "missing.toml")
 
 
-def test_the_calibrated_llamacpp_twin_experiment_loads(monkeypatch):
-    # experiments/llamacpp-cpu-sim.toml names its costs file relative to the repository root,
-    # where sweeps run: every point builds a simulator with llama.cpp's personality and them
+@pytest.mark.parametrize("cwd", ["root", "elsewhere"])
+def test_the_calibrated_llamacpp_twin_experiment_loads(monkeypatch, tmp_path, cwd):
+    """experiments/llamacpp-cpu-sim.toml names its costs file beside itself, found from the
+    repository root and from any other folder (it once named it from the root only, and a
+    sweep run from elsewhere failed every point): every point builds a simulator with
+    llama.cpp's personality and those costs."""
     from replay.sweep.config import load_experiment
 
     root = Path(__file__).resolve().parents[1]
-    monkeypatch.chdir(root)
-    exp = load_experiment("experiments/llamacpp-cpu-sim.toml")
-    costs = load_costs("experiments/costs/llamacpp-cpu.toml")
+    monkeypatch.chdir(root if cwd == "root" else tmp_path)
+    exp = load_experiment(root / "experiments" / "llamacpp-cpu-sim.toml")
+    costs = load_costs(root / "experiments" / "costs" / "llamacpp-cpu.toml")
     assert costs.prefill_s_per_token > 0 and costs.decode_step_s + costs.decode_s_per_seq > 0
     for point in exp.points():
         engine, options, _ = exp.resolve(point)
         cfg = SimConfig.from_options(**options)
         assert (engine, cfg.personality, cfg.max_num_seqs) == ("sim", "llamacpp", 2)
         assert cfg.bytes_per_token == 2048
+        assert load_costs(cfg.costs) == costs
 
 
 def test_a_llamacpp_point_becomes_the_personality_with_the_servers_cache_ram(monkeypatch):

@@ -150,7 +150,7 @@ def test_a_twin_sweeping_cache_ram_mib_runs_the_same_tier_under_the_measured_nam
     predictions the same RAM sizes, and its runs the same tier as host_tier_gib = MiB / 1024.
     Before, the simulator refused the key and a twin's points could never pair."""
     twin = (ROOT / "experiments" / "llamacpp-cpu-sim.toml").read_text()
-    twin = twin.replace("experiments/costs/", str(ROOT / "experiments" / "costs") + "/")
+    twin = twin.replace('costs = "costs/', f'costs = "{ROOT / "experiments" / "costs"}/')
     matrix = "host_tier_gib = [0, 0.00390625, 0.0078125, 0.015625]"
     counters = {}
     for key, values in (("cache_ram_mib", "[0, 4]"), ("host_tier_gib", "[0, 0.00390625]")):

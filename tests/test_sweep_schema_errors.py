@@ -41,6 +41,8 @@ reset_cache = true
 enabled = true
 """
 
+SIM_ENGINE = 'kind = "sim"\ndevice_kv_gib = 1.0\nkappa = 8'
+
 # (name, (old, new) in BASE, the key path the error must name)
 CASES = [
     ("timing", ('timing = "think"', 'timing = "bogus"'), "run.timing"),
@@ -81,7 +83,23 @@ CASES = [
     ("engine_option_inf", ("device_kv_gib = 1.0", "device_kv_gib = inf"), "engine.device_kv_gib"),
     ("engine_not_a_name", ("host_tier_gib = [0, 2]", 'engine = ["sim", 3]'), "matrix.engine"),
     ("external_without_url", ('kind = "sim"\ndevice_kv_gib = 1.0\nkappa = 8\n[matrix]\nhost_tier_gib = [0, 2]', 'kind = "external"'), "engine.url"),
-    ("launched_option_type", ('kind = "sim"\ndevice_kv_gib = 1.0\nkappa = 8', 'kind = "vllm"\nmodel = "m"\ndevice_kv_gib = "big"'), "engine"),
+    ("launched_option_type", (SIM_ENGINE, 'kind = "vllm"\nmodel = "m"\ndevice_kv_gib = "big"'), "engine.device_kv_gib"),
+    # a launched engine's options became command-line text as written (tp = true gave
+    # --tensor-parallel-size true; enforce_eager = "false" added the flag), or a traceback
+    ("vllm_bool_as_string", (SIM_ENGINE, 'kind = "vllm"\nmodel = "m"\nenforce_eager = "false"'), "engine.enforce_eager"),
+    ("vllm_tp_bool", (SIM_ENGINE, 'kind = "vllm"\nmodel = "m"\ntp = true'), "engine.tp"),
+    ("vllm_tp_fraction", (SIM_ENGINE, 'kind = "vllm"\nmodel = "m"\ntp = 2.5'), "engine.tp"),
+    ("vllm_capacity_negative", (SIM_ENGINE, 'kind = "vllm"\nmodel = "m"\ndevice_kv_gib = -16'), "engine.device_kv_gib"),
+    ("vllm_env_list", (SIM_ENGINE, 'kind = "vllm"\nmodel = "m"\nenv = ["A"]'), "engine.env"),
+    ("sglang_fraction_past_one", (SIM_ENGINE, 'kind = "sglang"\nmodel = "m"\nmem_fraction_static = 5'), "engine.mem_fraction_static"),
+    ("lmcache_chunk_fraction", (SIM_ENGINE, 'kind = "lmcache"\nmodel = "m"\nchunk_tokens = 2.7'), "engine.chunk_tokens"),
+    ("llamacpp_tier_not_whole_mib", (SIM_ENGINE + "\n[matrix]\nhost_tier_gib = [0, 2]", 'kind = "llamacpp"\nmodel = "m"\n[matrix]\nhost_tier_gib = [0, 0.0001]'), "matrix.host_tier_gib"),
+    ("pool_past_64_bits", ("pool = 2", "pool = 36893488147419103232"), "run.pool"),
+    ("name_dot", ('name = "bad"', 'name = "."'), "name"),
+    ("repeats_huge", ("repeats = 1", "repeats = 100000000000"), "repeats"),
+    ("synth_scale_negative", ("tasks = 2, seed = 1", "tasks = 2, seed = 1, scale = -1.0"), "trace.synth.scale"),
+    ("synth_vocab_zero", ("tasks = 2, seed = 1", "tasks = 2, seed = 1, vocab_size = 0"), "trace.synth.vocab_size"),
+    ("predict_model_unknown", ("enabled = true", 'enabled = true\nmodel = "qwen-typo"'), "predict.model"),
     ("repeats_bool", ("repeats = 1", "repeats = true"), "repeats"),
     ("matrix_table_value", ("host_tier_gib = [0, 2]", "host_tier_gib = [0, { a = 1 }]"), "matrix.host_tier_gib"),
     ("unknown_table_key", ("run_s = 60", "run_s = 60\nrun_h = 1"), "timeouts.run_h"),
@@ -183,3 +201,11 @@ def test_most_cases_check_the_line():
     """The line assertion above applies to most cases (it is not vacuous)."""
     lines = [_expected_line(BASE.replace(*change), change[1], key) for _, change, key in CASES]
     assert sum(x is not None for x in lines) >= 20
+
+
+def test_a_byte_order_mark_is_named(tmp_path):
+    """An editor's UTF-8 BOM gave 'not valid TOML: Invalid statement (at line 1, column 1)'."""
+    p = tmp_path / "bad.toml"
+    p.write_bytes(b"\xef\xbb\xbf" + BASE.encode())
+    out = _sweep(p)
+    assert out.returncode == 2 and "byte-order mark" in out.stderr and "without BOM" in out.stderr

@@ -114,7 +114,14 @@ def cache_ram_mib(options: Mapping[str, Any]) -> int:
         return 0
     if isinstance(gib, bool) or not isinstance(gib, int | float) or gib < 0:
         raise ConfigError(_where(), "engine.host_tier_gib", f"must be a number >= 0, got {gib!r}")
-    return int(round(float(gib) * 1024))
+    mib = float(gib) * 1024
+    if abs(mib - round(mib)) > 1e-6:  # two tiers would launch one server under two names
+        raise ConfigError(
+            _where(), "engine.host_tier_gib",
+            f"{gib!r} GiB is {mib:g} MiB; llama.cpp's --cache-ram takes whole MiB (GiB = MiB / "
+            "1024, e.g. 0.00390625 for 4 MiB)",
+        )  # fmt: skip
+    return int(round(mib))
 
 
 _DEFAULTS = {

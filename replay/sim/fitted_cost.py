@@ -64,10 +64,12 @@ def load_costs(path: str | Path) -> FittedCosts:
         # the path in the words too: an experiment's loader keeps only these
         where = "" if p.is_absolute() else f" (relative to {Path.cwd()})"
         raise ConfigError(
-            str(p), None, f"cannot read costs file {str(p)!r}{where}: {e.strerror or e}"
+            str(p), "costs", f"cannot read costs file {str(p)!r}{where}: {e.strerror or e}"
         ) from None
     except tomllib.TOMLDecodeError as e:
-        raise ConfigError(str(p), None, f"not valid TOML: {e}") from None
+        raise ConfigError(
+            str(p), "costs", f"costs file {str(p)!r} is not valid TOML: {e}"
+        ) from None
     table = data.get("costs")
     if not isinstance(table, dict):
         raise ConfigError(str(p), "costs", "missing [costs] table; write one with replay calibrate")

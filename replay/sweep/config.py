@@ -33,7 +33,7 @@ from replay.sweep.experiment import (
     Warmup,
     point_name,
 )
-from replay.sweep.schema import STRICT, check_table, fields_model
+from replay.sweep.schema import STRICT, build_checked, check_table, fields_model
 
 __all__ = [
     "TraceSpec",
@@ -59,7 +59,7 @@ class _File(BaseModel):
     model_config = STRICT
     name: Annotated[str, Field(pattern=r"^[A-Za-z0-9._-]+$")] | None = None
     description: str = ""
-    repeats: Annotated[int, Field(ge=1)] = 1
+    repeats: Annotated[int, Field(ge=1, le=10_000)] = 1  # the plan lists every run up front
     seed: Annotated[int, Field(ge=0)] = 0
     order: Literal["random", "sequential"] = "random"
     results_dir: Annotated[str, Field(min_length=1)] = "results"
@@ -84,6 +84,19 @@ class _Server(BaseModel):
     model_config = STRICT
     host: Annotated[str, Field(min_length=1)] = "127.0.0.1"
     port: Annotated[int, Field(ge=0, le=65535)] = 0
+
+
+def _costs_beside(table: Mapping[str, Any], base: Path) -> dict[str, Any]:
+    """`costs` (a calibrated costs file) found as `trace.path` is: relative to the current
+    directory, else to the experiment file's folder (a sweep run from elsewhere could not find
+    experiments/costs/... and failed every point)."""
+    out = dict(table)
+    costs = out.get("costs")
+    if isinstance(costs, str) and costs:
+        path = Path(costs)
+        if not path.is_absolute() and not path.exists() and (base / path).exists():
+            out["costs"] = str(base / path)
+    return out
 
 
 def _parse_trace(where: str, table: Mapping[str, Any], base: Path) -> TraceSpec:
@@ -131,9 +144,11 @@ def parse_experiment(data: Mapping[str, Any], source: str, *, default_name: str)
         )
     from replay.engines.registry import ENGINES
 
+    base = Path(source).parent
+    engine_table = _costs_beside(engine_table, base)
     overrides = []
     for key in [k for k, v in engine_table.items() if isinstance(v, Mapping) and k in ENGINES]:
-        overrides.append((key, tuple(engine_table.pop(key).items())))
+        overrides.append((key, tuple(_costs_beside(engine_table.pop(key), base).items())))
     run = dict(data.get("run", {}))
     check_table(schema.run_model(), run, where, lambda k: f"run.{k}")
     if "pool" not in run and "pool" not in data.get("matrix", {}):
@@ -148,7 +163,7 @@ def parse_experiment(data: Mapping[str, Any], source: str, *, default_name: str)
     for name, cls in sections.items():
         table = data.get(name, {})
         check_table(fields_model(cls), table, where, functools.partial("{}.{}".format, name))
-        built[name] = cls(**table)
+        built[name] = build_checked(cls, table, where, functools.partial("{}.{}".format, name))
     server = data.get("server", {})
     check_table(_Server, server, where, lambda k: f"server.{k}")
 
@@ -159,7 +174,7 @@ def parse_experiment(data: Mapping[str, Any], source: str, *, default_name: str)
         engine_options=tuple(engine_table.items()),
         run=tuple(run.items()),
         engine_overrides=tuple(overrides),
-        trace=_parse_trace(where, data["trace"], Path(source).parent),
+        trace=_parse_trace(where, data["trace"], base),
         matrix=parse_matrix(where, data.get("matrix", {})),
         repeats=data.get("repeats", 1),
         seed=data.get("seed", 0),
@@ -173,9 +188,12 @@ def parse_experiment(data: Mapping[str, Any], source: str, *, default_name: str)
         port=server.get("port", 0),
         cluster=built["cluster"],
     )
-    if not re.fullmatch(r"[A-Za-z0-9._-]+", exp.name):
+    if not re.fullmatch(r"[A-Za-z0-9._-]+", exp.name) or exp.name in (".", ".."):
         raise ConfigError(
-            where, "name", f"must be letters, digits, '.', '_' or '-', got {exp.name!r}"
+            where,
+            "name",
+            f"must be letters, digits, '.', '_' or '-' (and not '.' or '..', which name the "
+            f"results root or its parent), got {exp.name!r}",
         )
     check_points(exp)
     return exp
@@ -190,6 +208,11 @@ def load_experiment(path: str | Path) -> Experiment:
     except (OSError, UnicodeDecodeError) as e:
         why = getattr(e, "strerror", None) or str(e)
         raise ConfigError(str(p), None, f"cannot read experiment file: {why}") from None
+    if text.startswith("\ufeff"):
+        raise ConfigError(
+            f"{p}:1", None, "starts with a UTF-8 byte-order mark, which the TOML reader does not accept; save "
+            "the file as UTF-8 without BOM",
+        )  # fmt: skip
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
@@ -197,12 +220,26 @@ def load_experiment(path: str | Path) -> Experiment:
         where = f"{p}:{at.group(1)}" if at else str(p)
         raise ConfigError(where, None, f"not valid TOML: {e}") from None
     try:
+        _check_64_bit(data, "", str(p))
         return parse_experiment(data, str(p), default_name=p.stem)
     except ConfigError as e:
         line = toml_line(text, e.field or "")
         if line is None or e.where != str(p):
             raise
         raise ConfigError(f"{p}:{line}", e.field, e.why) from None
+
+
+def _check_64_bit(value: Any, path: str, where: str) -> None:
+    """TOML integers are 64-bit (the TOML spec); Python's reader takes any, and a larger one
+    only failed later, when a run's records were written."""
+    if isinstance(value, dict):
+        for k, v in value.items():
+            _check_64_bit(v, f"{path}.{k}" if path else str(k), where)
+    elif isinstance(value, list):
+        for v in value:
+            _check_64_bit(v, path, where)
+    elif isinstance(value, int) and not -(1 << 63) <= value < (1 << 63):
+        raise ConfigError(where, path, f"{value} does not fit in a TOML (64-bit) integer")
 
 
 _HEADER = re.compile(r"^\s*\[\[?\s*([^\]]+?)\s*\]\]?")

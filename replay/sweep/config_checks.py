@@ -41,17 +41,23 @@ def check_synth(where: str, synth: Mapping[str, Any]) -> None:
     """`synth`'s own keyword arguments (and `fold`, a FoldSpec table), with their types; the
     preset and the fold's ranges are checked by building them."""
     from replay.trace.fold import FoldSpec
-    from replay.trace.synth import get_preset
+    from replay.trace.synth import check_synth_args, get_preset
     from replay.trace.synth import synth as synth_fn
 
     args = schema.signature_model(synth_fn, fold=(dict[str, Any] | None, None))
     check_table(args, synth, where, lambda k: f"trace.synth.{k}")
     build_checked(get_preset, {"name": synth["preset"]}, where, lambda k: "trace.synth.preset")
-    for key in ("tasks", "max_prompt_tokens", "max_calls_per_task"):
-        if synth.get(key) is not None and synth[key] < 1:
-            raise ConfigError(where, f"trace.synth.{key}", f"must be >= 1, got {synth[key]!r}")
-    if synth.get("seed") is not None and synth["seed"] < 0:
-        raise ConfigError(where, "trace.synth.seed", f"must be >= 0, got {synth['seed']!r}")
+    defaults: dict[str, Any] = {
+        "tasks": 1, "seed": 0, "shared_head_tokens": None, "vocab_size": 32000, "scale": 1.0,
+        "max_prompt_tokens": None, "max_calls_per_task": None,
+    }  # fmt: skip
+    given: dict[str, Any] = {
+        k: synth.get(k) if synth.get(k) is not None else v for k, v in defaults.items()
+    }
+    try:
+        check_synth_args(**given)
+    except ConfigError as e:
+        raise ConfigError(where, f"trace.synth.{e.field}", e.why) from None
     if synth.get("fold") is not None:
         fold_path = lambda k: f"trace.synth.fold.{k}" if k else "trace.synth.fold"  # noqa: E731
         check_table(fields_model(FoldSpec), synth["fold"], where, fold_path)

@@ -83,6 +83,14 @@ class PredictSpec:
     # simulated closed loop of the run's pool; "trace" would mean a pool of one
     order: Literal["pool", "trace"] = "pool"
 
+    def __post_init__(self) -> None:
+        # a misspelt preset was found only when the predictions were written, as a skipped
+        # prediction, and predictions are written once: fixing it needed --force
+        if self.model is not None:
+            from replay.model.presets import get_model
+
+            get_model(self.model)  # ConfigError listing the presets
+
 
 @dataclass(frozen=True)
 class Cluster:

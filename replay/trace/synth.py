@@ -27,7 +27,7 @@ from replay.errors import ConfigError
 from replay.trace.model import MAX_VOCAB_SIZE, Call, Trace, TraceHeader
 from replay.trace.synth_presets import PRESETS, LogNormal, SynthPreset, get_preset
 
-__all__ = ["LogNormal", "SynthPreset", "PRESETS", "synth", "get_preset"]
+__all__ = ["LogNormal", "SynthPreset", "PRESETS", "synth", "check_synth_args", "get_preset"]
 
 _GOLDEN = (math.sqrt(5) - 1) / 2
 _HEAD_STREAM = 0x4EAD  # seed-sequence key of the shared head, apart from task streams
@@ -128,6 +128,35 @@ def _task_calls(
     return calls
 
 
+def check_synth_args(
+    tasks: int,
+    seed: int,
+    shared_head_tokens: int | None,
+    vocab_size: int,
+    scale: float,
+    max_prompt_tokens: int | None,
+    max_calls_per_task: int | None,
+) -> None:
+    """`synth`'s argument ranges: ConfigError("synth", ARGUMENT, why). An experiment file's
+    `[trace] synth` is checked with it when the file loads, before any sweep starts."""
+    if tasks <= 0:
+        raise ConfigError("synth", "tasks", f"must be positive, got {tasks}")
+    if seed < 0:  # numpy's seeding takes no negative seed
+        raise ConfigError("synth", "seed", f"must be >= 0, got {seed}")
+    if not (scale > 0 and math.isfinite(scale)):
+        raise ConfigError("synth", "scale", f"must be a positive number, got {scale}")
+    if not 2 <= vocab_size <= MAX_VOCAB_SIZE:
+        raise ConfigError(
+            "synth", "vocab_size", f"must be in [2, 2^31] (ids are 32-bit), got {vocab_size}"
+        )
+    if max_prompt_tokens is not None and max_prompt_tokens < 2:
+        raise ConfigError("synth", "max_prompt_tokens", f"must be >= 2, got {max_prompt_tokens}")
+    if max_calls_per_task is not None and max_calls_per_task < 1:
+        raise ConfigError("synth", "max_calls_per_task", f"must be >= 1, got {max_calls_per_task}")
+    if shared_head_tokens is not None and shared_head_tokens < 0:
+        raise ConfigError("synth", "shared_head_tokens", f"must be >= 0, got {shared_head_tokens}")
+
+
 def synth(
     preset: str,
     tasks: int | None = None,
@@ -148,24 +177,11 @@ def synth(
     """
     p = get_preset(preset)
     n_tasks = p.default_tasks if tasks is None else tasks
-    if n_tasks <= 0:
-        raise ConfigError("synth", "tasks", f"must be positive, got {n_tasks}")
-    if seed < 0:  # numpy's seeding takes no negative seed
-        raise ConfigError("synth", "seed", f"must be >= 0, got {seed}")
-    if not (scale > 0 and math.isfinite(scale)):
-        raise ConfigError("synth", "scale", f"must be a positive number, got {scale}")
-    if not 2 <= vocab_size <= MAX_VOCAB_SIZE:
-        raise ConfigError(
-            "synth", "vocab_size", f"must be in [2, 2^31] (ids are 32-bit), got {vocab_size}"
-        )
-    if max_prompt_tokens is not None and max_prompt_tokens < 2:
-        raise ConfigError("synth", "max_prompt_tokens", f"must be >= 2, got {max_prompt_tokens}")
-    if max_calls_per_task is not None and max_calls_per_task < 1:
-        raise ConfigError("synth", "max_calls_per_task", f"must be >= 1, got {max_calls_per_task}")
+    check_synth_args(
+        n_tasks, seed, shared_head_tokens, vocab_size, scale, max_prompt_tokens, max_calls_per_task
+    )
     head_len = int(round(p.shared_head_tokens * scale))
     if shared_head_tokens is not None:
-        if shared_head_tokens < 0:
-            raise ConfigError("synth", "shared_head_tokens", "must be >= 0")
         head_len = shared_head_tokens
     max_ctx = max(2, int(p.max_context_tokens * scale))
     if max_prompt_tokens is not None:
