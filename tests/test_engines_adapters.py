@@ -130,3 +130,16 @@ def test_dry_run_cli_prints_commands_without_starting_anything(tmp_path):
     assert "--kv-offloading-size" in out.stdout and "VLLM_SERVER_DEV_MODE=1" in out.stdout
     assert out.stdout.count("== host_tier_gib=") == 4
     assert not any(tmp_path.iterdir())  # nothing written
+
+
+def test_every_option_a_launched_engine_takes_has_a_type():
+    """A new option must say its type, or it goes onto the command line unchecked."""
+    from replay.engines import lmcache, sglang, vllm
+
+    for names, types in (
+        (vllm.VLLM_OPTIONS, vllm.VLLM_OPTION_TYPES),
+        (sglang.SGLANG_OPTIONS, sglang.SGLANG_OPTION_TYPES),
+        (lmcache.LMCACHE_OPTIONS, lmcache.LMCACHE_OPTION_TYPES),
+    ):
+        assert sorted(names - set(types)) == []
+        assert sorted(set(types) - names) == []
