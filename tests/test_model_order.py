@@ -8,6 +8,7 @@ import pytest
 
 from replay.errors import ConfigError
 from replay.model.order import (
+    EngineQueue,
     ServiceModel,
     closed_loop_order,
     closed_loop_schedule,
@@ -99,6 +100,28 @@ def test_open_loop_traces_arrive_at_their_times():
     assert s.refs == [("b", 0), ("a", 0), ("a", 1)]
     assert s.t_lookup_s.tolist() == [0.0, 2.0, 8.0]  # counted from the first arrival
     assert trace_schedule(trace).refs == s.refs
+
+
+def test_open_loop_arrivals_meet_the_same_server_queue_jitter_and_batch():
+    """An open-loop trace's calls arrive at their times, and the server they reach is the closed
+    loop's: with a queue a call waits for device space and for the prefills before it, jitter
+    stretches service. Both were dropped, and decodes priced alone (the prediction still said
+    `engine_queue: true`)."""
+    base = two_tasks_with_gaps()
+    calls = [
+        dataclasses.replace(c, at_s=t) for c, t in zip(base.calls, [0.0, 9.0, 0.0], strict=True)
+    ]
+    trace = Trace(base.header, calls)
+    plain = closed_loop_schedule(trace, 1, service=SVC)
+    first, second = plain.refs[:2]  # a/0 and b/0 arrive together
+    assert plain.t_lookup_s[:2].tolist() == [0.0, 0.0]
+    queued = closed_loop_schedule(trace, 1, service=SVC, queue=EngineQueue(device_tokens=250))
+    by_ref = dict(
+        zip(queued.refs, zip(queued.t_lookup_s, queued.t_end_s, strict=True), strict=True)
+    )
+    assert by_ref[second][0] >= by_ref[first][1]  # no room beside the first: admitted at its end
+    jittered = closed_loop_schedule(trace, 1, service=SVC, jitter=0.5, rng=np.random.default_rng(1))
+    assert not np.array_equal(jittered.t_end_s, plain.t_end_s)
 
 
 def test_service_model_from_presets_is_a_roofline():

@@ -236,10 +236,10 @@ def closed_loop_schedule(
     if jitter and rng is None:
         raise ConfigError("order", "rng", "jitter needs a random generator (seeded by the caller)")
     service = service or ServiceModel()
-    if is_open_loop(trace):
-        return _open_loop_schedule(trace, service, gap_scale)
-    rules = ClosedLoop(trace, pool, gap_scale=gap_scale, timing=timing)
     server = _Server(trace, service, queue, jitter, rng)
+    if is_open_loop(trace):
+        return _open_loop_schedule(trace, server, gap_scale)
+    rules = ClosedLoop(trace, pool, gap_scale=gap_scale, timing=timing)
     heap: list[tuple[float, int, Ready | Call]] = []  # (time, sequence, ready call | ending call)
     seq = itertools.count()
     sent_at: dict[CallRef, float] = {}
@@ -267,19 +267,19 @@ def closed_loop_schedule(
     return server.schedule()
 
 
-def _open_loop_schedule(trace: Trace, service: ServiceModel, gap_scale: float) -> Schedule:
-    """Calls arrive at their `at_s` (from the first arrival) whatever the server does; service
-    times as in the closed loop."""
-    pairs = list(arrivals(trace, gap_scale))
-    calls = [c for c, _ in pairs]
-    t0 = np.array([t for _, t in pairs], np.float64)
-    new = [_new_tokens(trace, c) for c in calls]
-    pre = np.array(
-        [service.prefill_s(n, c.prompt_len - n) for n, c in zip(new, calls, strict=True)],
-        np.float64,
-    )
-    dec = np.array([service.decode_s(c.output_len, c.prompt_len) for c in calls], np.float64)
-    return Schedule([c.ref for c in calls], t0, t0 + pre, t0 + pre + dec)
+def _open_loop_schedule(trace: Trace, server: _Server, gap_scale: float) -> Schedule:
+    """Calls arrive at their `at_s` (from the first arrival) whatever the server does, and the
+    same server serves them as in the closed loop: its queue, its jitter and the batch in
+    flight apply (they were dropped here while the prediction said it had them)."""
+    heap: list[tuple[float, int, bool, Call]] = []  # (time, sequence, is an end, call)
+    seq = itertools.count()
+    for call, t in arrivals(trace, gap_scale):
+        heapq.heappush(heap, (t, next(seq), False, call))
+    while heap:
+        t, _, is_end, call = heapq.heappop(heap)
+        for t_end, admitted in server.end(call, t) if is_end else server.send(call, t):
+            heapq.heappush(heap, (t_end, next(seq), True, admitted))
+    return server.schedule()
 
 
 def closed_loop_order(
