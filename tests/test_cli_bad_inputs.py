@@ -282,6 +282,8 @@ def _import_cases() -> list[Case]:
 # --------------------------------------------------------------------- command-line arguments
 
 GOOD = {"t.jsonl": _lines(HEAD, C0, C1), "c.json": _weka(WREQ, WREQ2)["c.json"]}
+SESSIONS = ["predict", "--sessions", "--model", "llama-3-70b", "--hardware", "explainer-4xa100",
+            "--session-tokens", "100000", "--device-gib", "1"]  # fmt: skip
 RUN = ["run", "--trace", "t.jsonl", "--pool", "1", "--out", "out"]
 SIM = [*RUN, "--engine", "sim"]
 BAD_ARGS: list[tuple[str, list[str], str]] = [
@@ -368,6 +370,15 @@ BAD_ARGS: list[tuple[str, list[str], str]] = [
                            "nan"], r"^predict: --bytes-per-token: must be a finite number > 0, got nan"),
     ("predict_efficiency_0", ["predict", "--economics", "--model", "qwen3-coder-30b-a3b",
                               "--efficiency", "0"], r"^predict: --efficiency: must be in \(0, 1\], got 0\.0"),
+    # --sessions: a host tier of nan or inf was a traceback, no sessions printed a bare header
+    ("predict_sessions_host_nan", [*SESSIONS, "--host-gib", "nan"],
+     r"^predict: Invalid value for --host-gib: tier sizes must be in \[0, "),
+    ("predict_sessions_host_inf", [*SESSIONS, "--host-gib", "inf"],
+     r"^predict: Invalid value for --host-gib: tier sizes must be in \[0, "),
+    ("predict_sessions_none", [*SESSIONS, "--max-sessions", "0"],
+     r"^predict: --max-sessions: must be at least 1, got 0"),
+    ("predict_sessions_tokens_negative", [*SESSIONS[:-4], "--session-tokens", "-5", "--device-gib", "1"],
+     r"^predict: --session-tokens: must be at least 1, got -5"),
     ("predict_mean_inf", ["predict", "--closed-form", "--pool", "4", "--mean-prompt-tokens", "inf",
                           "--bytes-per-token", "1000"], r"^predict: --mean-prompt-tokens: must be a finite"),
     ("predict_device_inf", ["predict", "--trace", "t.jsonl", "--pool", "1", "--model",

@@ -213,3 +213,22 @@ def test_core_model_imports_no_network_plotting_or_engine_code():
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "[]"
+
+
+def test_predict_says_when_calls_do_not_fit_the_device(tmp_path):
+    """A device smaller than a call: an engine refuses the call (the simulator answers 4xx) and a
+    run counts none of its tokens, while the model counts them; predict said nothing."""
+    from click.testing import CliRunner
+
+    from replay.cli.main import cli
+    from replay.trace.io import write_trace
+    from replay.trace.synth import synth
+
+    path = tmp_path / "t.jsonl"
+    write_trace(synth("swe-agent", tasks=2, seed=1, scale=0.05, max_calls_per_task=3), path)
+    base = ["predict", "--trace", str(path), "--pool", "1", "--bytes-per-token", "1024"]
+    small = CliRunner().invoke(cli, [*base, "--device-tokens", "64"])
+    assert small.exit_code == 0
+    assert "of 6 calls need more than the device's 64 tokens" in small.output
+    roomy = CliRunner().invoke(cli, [*base, "--device-tokens", "10000000"])
+    assert roomy.exit_code == 0 and "need more than the device" not in roomy.output

@@ -286,7 +286,10 @@ def command(**o) -> None:
             f"{o['out']!r} is the trace: writing it would replace it; give another file",
         )
     tiers = _numbers(float, o["tiers_gib"], "--tiers-gib")
-    for gib, flag in [*((t, "--tiers-gib") for t in tiers), (o["device_gib"], "--device-gib")]:
+    sizes = [*((t, "--tiers-gib") for t in tiers), (o["device_gib"], "--device-gib")]
+    if o.get("host_gib") is not None:
+        sizes.append((o["host_gib"], "--host-gib"))
+    for gib, flag in sizes:
         if not 0 <= gib <= MAX_TIER_GIB:
             raise click.BadParameter(
                 f"tier sizes must be in [0, {MAX_TIER_GIB:,.0f}] GiB, got {gib}", param_hint=flag
@@ -320,6 +323,12 @@ def command(**o) -> None:
         model = get_model(_require(o["model"], "--model", "--sessions"))
         hw = get_hardware(_require(o["hardware"], "--hardware", "--sessions"))
         tokens = _require(o["session_tokens"], "--session-tokens", "--sessions")
+        if tokens < 1:
+            raise ConfigError(WHERE, "--session-tokens", f"must be at least 1, got {tokens}")
+        if o["max_sessions"] < 1:
+            raise ConfigError(
+                WHERE, "--max-sessions", f"must be at least 1, got {o['max_sessions']}"
+            )
         prices = turn_prices(
             model,
             hw,
@@ -393,6 +402,15 @@ def _trace_mode(o: dict, tiers: list[float]) -> None:
     from replay.model.predict import predict_tiers  # pulls in numba: load only when predicting
 
     trace = read_trace(path)
+    too_long = sum(c.prompt_len + c.output_len > device_tokens for c in trace.calls)
+    if device_tokens and too_long:
+        click.echo(
+            f"replay: note: {too_long} of {len(trace)} calls need more than the device's "
+            f"{device_tokens:,} tokens (prompt + output): an engine refuses them (the "
+            "simulator answers 4xx) and a run counts none of their tokens; the model counts "
+            "them all",
+            err=True,
+        )
     if o["order"].startswith("run:"):
         _check_same_trace(o["order"][4:], path)
     doc = predict_tiers(
