@@ -169,3 +169,30 @@ def test_a_twin_sweeping_cache_ram_mib_runs_the_same_tier_under_the_measured_nam
     assert counters["cache_ram_mib=4"] == counters["host_tier_gib=0.00390625"]
     assert counters["cache_ram_mib=0"] == counters["host_tier_gib=0"]
     assert counters["cache_ram_mib=4"]["host_restore_tokens"] > 0  # the tier was there
+
+
+def test_the_prediction_takes_the_simulators_efficiency_and_reserved_block(tmp_path):
+    """The service model took 0.6 whatever `efficiency` the simulator ran with, and the vllm
+    personality's device (one block short: vLLM's null block) was predicted a block larger."""
+    from replay.sweep.prepare import prediction_inputs
+
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    plain = load_experiment(write(tmp_path / "a", "sim"))
+    tuned = load_experiment(write(tmp_path / "b", "sim", 'personality = "vllm"\nefficiency = 0.3'))
+    a = prediction_inputs(plain, plain.points()[0])
+    b = prediction_inputs(tuned, tuned.points()[0])
+    assert (a["efficiency"], a["reserved_blocks"]) == (0.6, 0)
+    assert (b["efficiency"], b["reserved_blocks"]) == (0.3, 1)
+    trace = load_trace(plain)
+    rows = [
+        write_predictions(trace, exp, tmp_path / name / "out", force=False)["groups"][0]
+        for name, exp in (("a", plain), ("b", tuned))
+    ]
+    device = [row["prediction"]["device_tokens"] for row in rows]
+    from replay.sim.options import SimConfig
+
+    _, options, _ = tuned.resolve(tuned.points()[0])
+    cfg = SimConfig.from_options(**options)
+    assert device[1] == cfg.device_blocks * cfg.block_tokens  # what the simulator holds
+    assert device[1] == (device[0] // 16 - 1) * 16  # one 16-token block less

@@ -118,10 +118,14 @@ def prediction_inputs(exp: Experiment, point: Point) -> dict[str, Any]:
     typed = get_engine(engine).options_type
     # an engine with typed options (the simulator) fills unset inputs from its own defaults
     sim_defaults: Mapping[str, Any] = {}
+    reserved = 0
     if typed is not None:
         names = {f.name for f in dataclasses.fields(typed)}
         built = typed(**{k: v for k, v in options.items() if k in names and v is not None})
         sim_defaults = dataclasses.asdict(built)
+        if hasattr(built, "device_blocks"):
+            whole = int(built.device_kv_gib * GIB) // (built.block_tokens * built.bytes_per_token)
+            reserved = whole - built.device_blocks
 
     def pick(name: str, default: Any = None) -> Any:
         value = getattr(spec, name, None)
@@ -144,7 +148,13 @@ def prediction_inputs(exp: Experiment, point: Point) -> dict[str, Any]:
         "gap_scale": float(run.get("gap_scale", 1.0)),
         "timing": str(run.get("timing", "think")),
         "hardware": pick("hardware"),
+        # the roofline's share of peak: the simulator's own `efficiency` (the service model
+        # took its default 0.6 whatever the simulator was given)
+        "efficiency": float(pick("efficiency", 0.6)),
         "host_tier_gib": float(options.get(TIER_KEY, 0) or 0),
+        # device blocks the engine keeps out of use (the simulator's vLLM personality: one, as
+        # vLLM's null block), which the tier model's device must leave out too
+        "reserved_blocks": reserved,
     }
 
 
@@ -183,13 +193,16 @@ def _predict_group(
         pool=inputs["pool"],
         bytes_per_token=bytes_per_token,
         chunk_tokens=inputs["chunk_tokens"],
-        device_tokens=int(float(inputs["device_kv_gib"]) * GIB) // bytes_per_token,
+        device_tokens=_device_tokens(inputs, bytes_per_token),
         tiers_gib=tiers,
         order=exp.predict.order,
         block_tokens=inputs["block_tokens"],
         service=(
             ServiceModel.from_presets(
-                get_model(str(inputs["model"])), get_hardware(str(inputs["hardware"])), inputs["tp"]
+                get_model(str(inputs["model"])),
+                get_hardware(str(inputs["hardware"])),
+                inputs["tp"],
+                inputs["efficiency"],
             )
             if inputs["hardware"]
             else None
@@ -204,6 +217,15 @@ def _predict_group(
     if memo is not None:
         memo[memo_key] = copy.deepcopy(out)
     return out
+
+
+def _device_tokens(inputs: Mapping[str, Any], bytes_per_token: int) -> int:
+    """The device tier in tokens, as the engine would hold it: whole blocks, less reserved ones."""
+    tokens = int(float(inputs["device_kv_gib"]) * GIB) // bytes_per_token
+    if inputs["reserved_blocks"]:
+        block = inputs["block_tokens"]
+        tokens = max(0, (tokens // block - inputs["reserved_blocks"]) * block)
+    return tokens
 
 
 def write_predictions(trace, exp: Experiment, exp_dir: Path, *, force: bool) -> dict | None:
