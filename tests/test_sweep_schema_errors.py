@@ -99,6 +99,8 @@ CASES = [
     ("repeats_huge", ("repeats = 1", "repeats = 100000000000"), "repeats"),
     ("synth_scale_negative", ("tasks = 2, seed = 1", "tasks = 2, seed = 1, scale = -1.0"), "trace.synth.scale"),
     ("synth_vocab_zero", ("tasks = 2, seed = 1", "tasks = 2, seed = 1, vocab_size = 0"), "trace.synth.vocab_size"),
+    # a table for an engine that no point runs was never read: its typo stood unnoticed
+    ("engine_table_unused_typo", ("kappa = 8", 'kappa = 8\n[engine.vllm]\nbogus = 3'), "engine.vllm.bogus"),
     ("predict_model_unknown", ("enabled = true", 'enabled = true\nmodel = "qwen-typo"'), "predict.model"),
     ("repeats_bool", ("repeats = 1", "repeats = true"), "repeats"),
     ("matrix_table_value", ("host_tier_gib = [0, 2]", "host_tier_gib = [0, { a = 1 }]"), "matrix.host_tier_gib"),

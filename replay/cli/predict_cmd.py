@@ -142,15 +142,22 @@ def _fmt(x, digits: int = 2) -> str:
     return f"{x:,}"
 
 
+def _gib(x: float) -> str:
+    """A size in GiB to 4 significant digits: tiny tiers (a CPU engine's MiB) stay apart, where
+    two decimals printed 0.0001 and 0.001 GiB alike as 0.00."""
+    return f"{x:,.2f}" if x >= 10 else f"{x:.4g}"
+
+
 def _print_tiers(doc: dict) -> None:
     click.echo(
         f"{doc['calls']} calls, {doc['prompt_tokens']:,} prompt tokens, order {doc['order']}, "
-        f"pool {doc['pool']}: working set {doc['working_set_gib']:.2f} GiB; "
+        f"pool {doc['pool']}: working set {_gib(doc['working_set_gib'])} GiB; "
         f"device hits {doc['device_hit_tokens']:,} tokens"
     )
     pays = doc.get("offload_pays_from_gib")
     click.echo(
-        "offload pays (restores >= writes) from " + ("never" if pays is None else f"{pays:.2f} GiB")
+        "offload pays (restores >= writes) from "
+        + ("never" if pays is None else f"{_gib(pays)} GiB")
     )
     cols = [
         ("host_tier_gib", "tier GiB"),
@@ -162,7 +169,10 @@ def _print_tiers(doc: dict) -> None:
     ]
     click.echo("  ".join(f"{h:>14}" for _, h in cols))
     for row in doc["tiers"]:
-        click.echo("  ".join(f"{_fmt(row[k]):>14}" for k, _ in cols))
+        cells = [
+            _gib(v) if k == "host_tier_gib" else _fmt(v) for k, v in ((k, row[k]) for k, _ in cols)
+        ]
+        click.echo("  ".join(f"{c:>14}" for c in cells))
 
 
 def _print_closed_form(doc: dict) -> None:

@@ -149,6 +149,13 @@ def parse_experiment(data: Mapping[str, Any], source: str, *, default_name: str)
     overrides = []
     for key in [k for k, v in engine_table.items() if isinstance(v, Mapping) and k in ENGINES]:
         overrides.append((key, tuple(_costs_beside(engine_table.pop(key), base).items())))
+        names = ENGINES[key].option_names
+        unknown = sorted(k for k, _ in overrides[-1][1] if names is not None and k not in names)
+        if unknown:  # checked here too: a table of an engine no point runs was never read
+            raise ConfigError(
+                where, f"engine.{key}.{unknown[0]}",
+                f"not an option of engine {key}; valid: {', '.join(sorted(names or ()))}",
+            )  # fmt: skip
     run = dict(data.get("run", {}))
     check_table(schema.run_model(), run, where, lambda k: f"run.{k}")
     if "pool" not in run and "pool" not in data.get("matrix", {}):
