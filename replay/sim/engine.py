@@ -359,6 +359,17 @@ class SimEngine(StepPlanner):
 
     # -- outside ------------------------------------------------------------------------------
 
+    def cancel(self, s: Seq) -> None:
+        """The client went away. A request still waiting leaves the queue; a running one ends
+        at its next token, as vLLM aborts it, except that a prefill (or restore) in progress
+        completes first: the simulator does not take back part of a planned step. Its blocks
+        are then freed as any finished request's, and only the tokens made are counted."""
+        if s.state == "waiting":
+            self.waiting.remove(s)
+            s.state = "cancelled"
+        elif s.state != "done":
+            s.output_len = max(1, min(s.output_len, s.generated))
+
     def reset_prefix_cache(self) -> None:
         """Drop cached free device blocks, TTL pins and the host tier (held blocks stay)."""
         for keys, _ in self.pins.values():

@@ -125,6 +125,15 @@ class EngineRunner:
         if self.error is not None:
             raise RuntimeError(f"simulator engine failed: {self.error!r}")
         self.engine.submit(seq, self.clock.now())
+        self._wake()
+
+    def cancel(self, seq: Seq) -> None:
+        """The request's client went away (`SimEngine.cancel`); the engine replans at once."""
+        if self.error is None:
+            self.engine.cancel(seq)
+            self._wake()
+
+    def _wake(self) -> None:
         if self._wakeable and self._loop is not None:  # cut the wait, one loop turn from now
             self._wakeable = False
             if self._handle is not None:
@@ -179,6 +188,11 @@ class EngineRunner:
         plan = eng.schedule(now)
         if plan is None:
             t = eng.next_timer()
+            if not eng.busy and isinstance(clock, ScaledSimClock) and clock.scale == 0:
+                # as fast as possible: simulated time passes only with work, so an idle server
+                # waits for the next request, not for its timers (jumping to them expired every
+                # TTL pin the moment the server went idle)
+                t = None
             self._wait(None if t is None else t - now, True, self._idle_done)
             return
         factor = eng.service_factor()
