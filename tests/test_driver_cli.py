@@ -144,6 +144,24 @@ def test_a_server_that_stops_answering_fails_the_run_in_bounded_time(tmp_path, e
         assert (rows["error_kind"] == "timeout").sum() == 20
 
 
+def test_one_timeout_after_a_long_gap_is_an_error_not_a_silent_server(tmp_path):
+    """The agent's own gap counted as the server's silence: one call timing out after a gap
+    longer than the request timeout plus the grace failed a healthy run as 'server not
+    answering'. Only time with a call in flight counts now."""
+    trace = tmp_path / "t.jsonl"
+    write_trace(make_trace({"a": [{}, {"gap": 1.5}, {}]}), trace)
+    with FaultServer(faults={("a", 1): "hang"}) as srv:
+        cp = _replay("run", "--trace", str(trace), "--pool", "1", "--out", str(tmp_path / "o"),
+                     "--url", f"http://127.0.0.1:{srv.port}", "--request-timeout-s", "0.3",
+                     "--server-gone-grace-s", "0.5", "--quiet")  # fmt: skip
+    assert cp.returncode == 0, cp.stderr
+    run = orjson.loads((tmp_path / "o" / "run.json").read_bytes())
+    rows = pd.read_parquet(tmp_path / "o" / "calls.parquet")
+    assert run["status"] == "errors" and len(rows) == 3
+    kinds = rows.sort_values("call")["error_kind"].fillna("-").tolist()
+    assert kinds == ["-", "timeout", "-"]
+
+
 @contextlib.contextmanager
 def _running_until_seen(srv: FaultServer, calls: int, run_args: list[str], preexec=None):
     """`replay run` with `run_args` as a subprocess, handed over once `srv` has seen `calls`

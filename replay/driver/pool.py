@@ -95,6 +95,9 @@ class _Pool:
         self.retries = 0
         self.refused_since: float | None = None
         self.answered_at: float | None = None  # the server's last answer of any kind (None: t0)
+        # time with a call in flight since that answer: an agent's own gap is no silence
+        self._silent_busy_s = 0.0
+        self._busy_since: float | None = None
         self.lags: list[float] = []
         self._tick: Callable[[], None] | None = None  # the progress bar's, on a virtual loop
         self._prompts = Prompts(trace, options)
@@ -338,6 +341,8 @@ class _Pool:
             await self._rate.wait(self.loop)
         me = asyncio.current_task()
         self._sending.add(me)  # type: ignore[arg-type]
+        if not self.stats.inflight:
+            self._busy_since = self.loop.time()
         self.stats.inflight += 1
         t_send = self.loop.time() if fired_at is None else fired_at
         result: CompletionResult | None = None
@@ -350,6 +355,9 @@ class _Pool:
             raise
         finally:
             self.stats.inflight -= 1
+            if not self.stats.inflight and self._busy_since is not None:
+                self._silent_busy_s += self.loop.time() - self._busy_since
+                self._busy_since = None
             self._sending.discard(me)  # type: ignore[arg-type]
         return self._record(req, slot, t_ready, t_send, result, error)
 
@@ -362,7 +370,7 @@ class _Pool:
             try:
                 res = await self.transport.complete(req)
                 self.refused_since = None
-                self.answered_at = self.loop.time()
+                self._answered()
                 return res, t_send, None
             except ServerGone as e:
                 self.stop(RunStatus.FAILED, f"server gone: {e}")
@@ -385,16 +393,25 @@ class _Pool:
                 if e.kind == ErrorKind.TIMEOUT:
                     self._check_silence(e)
                 elif e.kind != ErrorKind.CONNECTION:  # an HTTP error or a bad body: it answered
-                    self.answered_at = self.loop.time()
+                    self._answered()
                 return None, t_send, e
+
+    def _answered(self) -> None:
+        now = self.answered_at = self.loop.time()
+        self._silent_busy_s = 0.0
+        if self._busy_since is not None:  # calls still in flight: their silence starts now
+            self._busy_since = now
 
     def _check_silence(self, timeout: RequestFailed) -> None:
         """Fail the run once the server has answered nothing, while calls timed out, for the
-        request timeout plus the server-gone grace: a server that accepts connections and never
-        replies (hung, stopped with SIGSTOP, a wrong port that listens) would otherwise take every
-        call to its timeout, one after another per task, for hours, and end as `errors`."""
-        since = self.t0 if self.answered_at is None else self.answered_at
-        silent_s = self.loop.time() - since
+        request timeout plus the server-gone grace of time with a call in flight: a server that
+        accepts connections and never replies (hung, stopped with SIGSTOP, a wrong port that
+        listens) would otherwise take every call to its timeout, one after another per task, for
+        hours, and end as `errors`. Only time with a call in flight counts: one call timing out
+        after an agent's long gap once failed a healthy run as a silent server."""
+        silent_s = self._silent_busy_s
+        if self._busy_since is not None:
+            silent_s += self.loop.time() - self._busy_since
         limit_s = self.opt.request_timeout_s + self.opt.server_gone_grace_s
         if silent_s >= limit_s and not self.stopping:
             self.stop(
