@@ -319,6 +319,11 @@ BAD_ARGS: list[tuple[str, list[str], str]] = [
     ("run_url_port", [*RUN, "--url", "http://h:99999"], r"run: --url: .* not a valid URL"),
     ("run_url_no_host", [*RUN, "--url", "http://"], r"run: --url: 'http://' names no host"),
     ("run_url_scheme", [*RUN, "--url", "ftp://x"], r"run: --url: "),
+    # nan busy-looped the scraper into a traceback, inf overflowed its timer
+    ("run_scrape_nan", [*SIM, "--scrape-interval-s", "nan"],
+     r"run: --scrape-interval-s: must be a finite number > 0 seconds, got nan"),
+    ("run_scrape_inf", [*SIM, "--scrape-interval-s", "inf"],
+     r"run: --scrape-interval-s: must be a finite number > 0 seconds, got inf"),
     ("run_pool_word", ["run", "--trace", "t.jsonl", "--pool", "two", "--out", "o", "--engine",
                        "sim"], r"run: Invalid value for '--pool'"),
     ("run_out_proc", ["run", "--trace", "t.jsonl", "--pool", "1", "--out", "/proc/x/y",

@@ -136,3 +136,25 @@ def test_intervals_leave_out_repeats_that_ended_with_errors(tmp_path):
         "no repeat ended ok: no intervals (3 of 3 repeats did not end ok and are left out "
         "(report.md))"
     ]
+
+
+def test_repeats_refuse_a_single_runs_folder_and_a_refused_line_leaves_nothing(
+    trace_file,  # noqa: F811
+    tmp_path,
+):
+    """--repeats wrote beside a single run (compare then read the old run instead of the
+    repeats); a refused trace or option kept its experiment file, and the corrected command was
+    then refused as another command line."""
+    single = tmp_path / "single"
+    assert _replay("run", "--trace", str(trace_file), "--pool", "2", "--out", str(single),
+                   "--engine", "sim").returncode == 0  # fmt: skip
+    cp = _repeated(trace_file, single, "--repeats", "2")
+    assert cp.returncode == 2 and "holds a single run" in cp.stderr
+    out = tmp_path / "rep"
+    bad = _repeated(tmp_path / "nosuch.jsonl", out, "--repeats", "2")
+    assert bad.returncode == 2 and "no such trace file" in bad.stderr and not out.exists()
+    bad = _repeated(trace_file, out, "--repeats", "2", "--host-tier-gib", "-5")
+    assert bad.returncode == 2 and "rep/experiment.toml" in bad.stderr and not out.exists()
+    assert _repeated(trace_file, out, "--repeats", "2").returncode == 0
+    as_json = _repeated(trace_file, tmp_path / "j", "--repeats", "2", "--json")
+    assert as_json.returncode == 2 and "--json: not with --repeats" in as_json.stderr

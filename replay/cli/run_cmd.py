@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -239,8 +240,12 @@ def command(
 
         engine_kind, kind_note = guess_engine_kind(HttpOptions(url).root)
     slo_s = parse_slo(slo) if slo is not None else None
-    if scrape_interval_s <= 0:
-        raise ConfigError("run", "--scrape-interval-s", "must be > 0 seconds")
+    if not 0 < scrape_interval_s < math.inf:  # nan busy-looped the scraper, inf overflowed
+        raise ConfigError(
+            "run",
+            "--scrape-interval-s",
+            f"must be a finite number > 0 seconds, got {scrape_interval_s}",
+        )
     adapter = get_engine("sim" if engine else (engine_kind or "external"))
     use_forcing = adapter.forcing if forcing is None else forcing
     use_task_id = (
@@ -282,6 +287,11 @@ def command(
         )  # fmt: skip
         if url is not None:
             run_keys["transport"] = transport_name
+        if json_out:  # the repeats print their progress and intervals, not one JSON object
+            raise ConfigError(
+                "run", "--json", "not with --repeats: the repeats' summary.parquet and report "
+                "hold them; read those",
+            )  # fmt: skip
         _run_repeated(
             repeats, trace_path, out_dir, force, url, adapter, served_model, run_keys,
             simopts, slo_s, scrape_interval_s,

@@ -98,6 +98,12 @@ def run_repeats(
             "run", "--out", "with --repeats the directory name is the experiment name: use "
             f"letters, digits, '.', '_' or '-', got {out.name!r}",
         )  # fmt: skip
+    if (out / "run.json").exists() or (out / "calls.jsonl").exists():
+        # the single run would sit beside the repeats, and compare read it instead of them
+        raise ConfigError(
+            str(out), "--out", "holds a single run (run.json); give --repeats a new directory",
+        )  # fmt: skip
+    created = not out.exists()
     out.mkdir(parents=True, exist_ok=True)
     path = out / "experiment.toml"
     old = path.read_text() if path.is_file() else None
@@ -106,6 +112,20 @@ def run_repeats(
             str(path), "--out", "holds repeats of another command line; pass --force to "
             "start over, or choose a new directory",
         )  # fmt: skip
+    # checked before it is kept: a refused trace or option wrote the file, and the corrected
+    # command was then refused as another command line
+    check = out / ".experiment.toml.check"
+    check.write_text(toml_text)
+    try:
+        load_experiment(check)
+    except ConfigError as e:
+        check.unlink()
+        if created:
+            out.rmdir()
+        where = e.where.replace(str(check), str(path))  # the name it is kept under
+        raise ConfigError(where, e.field, e.why) from None
+    finally:
+        check.unlink(missing_ok=True)
     write_bytes_atomic(path, toml_text.encode())
     exp = load_experiment(path)
     result = run_sweep(exp, force=force, results_root=out.resolve().parent, echo=echo)
