@@ -109,3 +109,49 @@ def test_run_command_prints_both_makespans(tmp_path, capsys):
     assert f"makespan     {s['makespan_s']:.2f} s" in out
     assert f"study def  {s['study_makespan_s']:.2f} s (first gap to last tail gap)" in out
     assert s["study_makespan_s"] == pytest.approx(s["makespan_s"] + 5.0)
+
+
+def test_a_task_a_stop_cut_short_adds_no_tail_gap(tmp_path):
+    """Task a's third call never ran (its task was aborted at its second's failure): its tail gap
+    (20 s), which follows its last call, was added to its second call's end all the same."""
+    from replay.errors import ErrorKind
+    from tests.servers import ScriptedTransport
+
+    trace = make_trace(
+        {
+            "a": [{"new": 8}, {"gap": 1.0, "new": 8}, {"gap": 1.0, "new": 8, "tail": 20.0}],
+            "b": [{"new": 8, "tail": 2.0}],
+        }
+    )
+    s = run_replay(
+        trace,
+        lambda: ScriptedTransport(fail={("a", 1): ErrorKind.HTTP_5XX}),
+        RunOptions(pool=2, on_error="abort-task"),
+        tmp_path,
+        virtual=True,
+    )
+    rows = pd.read_parquet(tmp_path / "calls.parquet")
+    assert sorted(zip(rows["task"], rows["call"], strict=True)) == [("a", 0), ("a", 1), ("b", 0)]
+    b_end = float(rows.loc[rows["task"] == "b", "t_end"].iloc[0])
+    a_end = float(rows.loc[rows["task"] == "a", "t_end"].max())
+    assert s["study_makespan_s"] == pytest.approx(max(a_end, b_end + 2.0))
+
+
+def test_a_crash_keeps_the_finished_calls_in_the_parquet_too(tmp_path):
+    """calls.parquet was written empty after a crash while calls.jsonl held every finished
+    call; docs/results.md promises the same rows in both, also after a failure."""
+
+    class ClosesBadly(SimTransport):
+        async def close(self) -> None:
+            await super().close()
+            raise RuntimeError("close failed")
+
+    trace = make_trace({t: [{"new": 16}, {"gap": 1.0, "new": 16}] for t in ("a", "b")})
+    cfg = SimConfig.from_options(device_kv_gib=0.5)
+    with pytest.raises(RuntimeError, match="close failed"):
+        run_replay(trace, lambda: ClosesBadly(cfg, vocab_size=trace.header.vocab_size),
+                   RunOptions(pool=2), tmp_path, virtual=True)  # fmt: skip
+    doc = orjson.loads((tmp_path / "run.json").read_bytes())
+    assert doc["status"] == "failed" and "crashed" in doc["reason"]
+    jsonl = (tmp_path / "calls.jsonl").read_text().splitlines()
+    assert len(jsonl) == 4 and len(pd.read_parquet(tmp_path / "calls.parquet")) == 4

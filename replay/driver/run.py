@@ -34,6 +34,7 @@ from replay.driver.pool import RunControl, RunResult, replay
 from replay.driver.records import (
     JsonlSink,
     length_warnings,
+    read_jsonl,
     summarize,
     write_json_atomic,
     write_parquet,
@@ -226,13 +227,18 @@ def _run(
         sink.close()
         prov["ended_at"] = _now_iso()
         prov["load_average_end"] = _load_average()
-        rows = result.rows if result is not None else []
+        # a crash loses no finished call: the parquet holds what the sink wrote, as promised
+        rows = result.rows if result is not None else read_jsonl(jsonl)
         write_parquet(rows, out / "calls.parquet")
         if result is None:
             doc["reason"] = f"crashed: {sys.exc_info()[1]!r}"
             write_json_atomic(out / "run.json", doc)
+    # a task's tail gap follows its last call: a task a stop cut short has none
+    ended = {(r["task"], r["call"]) for r in rows}
     tail_gaps_s = {
-        t: (cs[-1].tail_gap_s or 0.0) * options.gap_scale for t, cs in trace.tasks.items()
+        t: (cs[-1].tail_gap_s or 0.0) * options.gap_scale
+        for t, cs in trace.tasks.items()
+        if (t, cs[-1].index) in ended
     }
     summary = summarize(
         rows, counters=counters, loop_lag_s=result.loop_lag_s, slo_s=slo_s, tail_gaps_s=tail_gaps_s
