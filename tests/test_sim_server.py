@@ -3,6 +3,7 @@ metrics, cache reset."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -57,6 +58,21 @@ def server(tmp_path_factory):
             proc.wait()
         assert proc.returncode == 0, f"server exited with {proc.returncode}"
         assert not ready.exists()  # the port file goes with the server
+
+
+@contextlib.asynccontextmanager
+async def _serving(app, make_runner=None):
+    """`app` served on a free loopback port (its number yielded) until the block ends."""
+    from aiohttp import web
+
+    runner = (make_runner or web.AppRunner)(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    try:
+        yield site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    finally:
+        await runner.cleanup()
 
 
 def complete(client: httpx.Client, **body) -> dict:
@@ -195,8 +211,6 @@ def test_cli_reports_bad_options_without_traceback(tmp_path: Path):
 def test_time_scale_paces_answers_in_wall_time():
     import asyncio
 
-    from aiohttp import web
-
     from replay.sim.options import SimConfig
     from replay.sim.server import build_app
 
@@ -211,21 +225,14 @@ def test_time_scale_paces_answers_in_wall_time():
     )
 
     async def latency(scale: float) -> float:
-        runner = web.AppRunner(build_app(SimConfig(**{**cfg.to_dict(), "time_scale": scale})))
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-        try:
-            async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as c:
-                t0 = time.monotonic()
-                r = await c.post(
-                    "/v1/completions", json={"prompt": list(range(4096)), "max_tokens": 1}
-                )
-                assert r.status_code == 200
-                return time.monotonic() - t0
-        finally:
-            await runner.cleanup()
+        async with (
+            _serving(build_app(SimConfig(**{**cfg.to_dict(), "time_scale": scale}))) as port,
+            httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as c,
+        ):
+            t0 = time.monotonic()
+            r = await c.post("/v1/completions", json={"prompt": list(range(4096)), "max_tokens": 1})
+            assert r.status_code == 200
+            return time.monotonic() - t0
 
     sim_s = 2 * 8.0e9 * 4096 / 989.5e12
     warm_up(cfg)  # the kernels' first load (~0.5 s on a loaded machine) is no part of either
@@ -241,20 +248,13 @@ def test_a_client_that_goes_away_mid_stream_is_not_an_error(caplog):
     import asyncio
     import logging
 
-    from aiohttp import web
-
     from replay.sim.options import SimConfig
     from replay.sim.server import build_app
 
     cfg = SimConfig(hardware="h100", model="llama-3-8b", tp=1, device_kv_gib=2, time_scale=5.0)
 
     async def main() -> None:
-        runner = web.AppRunner(build_app(cfg))
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-        try:
+        async with _serving(build_app(cfg)) as port:
             body = {"prompt": list(range(2048)), "max_tokens": 40, "stream": True}
             async with (
                 httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as c,
@@ -263,8 +263,6 @@ def test_a_client_that_goes_away_mid_stream_is_not_an_error(caplog):
                 async for _ in r.aiter_bytes():
                     break  # the first token came: go away
             await asyncio.sleep(2.0)  # the rest of the stream is due meanwhile (~1.6 s)
-        finally:
-            await runner.cleanup()
 
     with caplog.at_level(logging.ERROR, logger="aiohttp"):
         asyncio.run(main())
@@ -377,8 +375,6 @@ def test_an_idle_server_as_fast_as_possible_keeps_its_ttl_pins():
     TTL pin expired the moment a call ended. Idle time now takes no simulated time."""
     import asyncio
 
-    from aiohttp import web
-
     from replay.sim.options import SimConfig
     from replay.sim.server import app_runner, build_app
 
@@ -386,26 +382,21 @@ def test_an_idle_server_as_fast_as_possible_keeps_its_ttl_pins():
                     ttl_s=30.0)  # fmt: skip
 
     async def main() -> tuple[float, float]:
-        runner = app_runner(build_app(cfg))
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-        try:
-            async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as c:
-                body = {"prompt": list(range(1024)), "max_tokens": 4}
-                assert (await c.post("/v1/completions", json=body)).status_code == 200
-                await asyncio.sleep(0.3)  # idle
-                text = (await c.get("/metrics")).text
-                t_idle = next(
-                    float(x.split()[1]) for x in text.splitlines()
-                    if x.startswith("replay_sim:sim_time_seconds ")
-                )  # fmt: skip
-                again = await c.post("/v1/completions", json=body)
-                hit = again.json()["usage"]["prompt_tokens_details"]["device"]
-                return t_idle, hit
-        finally:
-            await runner.cleanup()
+        async with (
+            _serving(build_app(cfg), app_runner) as port,
+            httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as c,
+        ):
+            body = {"prompt": list(range(1024)), "max_tokens": 4}
+            assert (await c.post("/v1/completions", json=body)).status_code == 200
+            await asyncio.sleep(0.3)  # idle
+            text = (await c.get("/metrics")).text
+            t_idle = next(
+                float(x.split()[1]) for x in text.splitlines()
+                if x.startswith("replay_sim:sim_time_seconds ")
+            )  # fmt: skip
+            again = await c.post("/v1/completions", json=body)
+            hit = again.json()["usage"]["prompt_tokens_details"]["device"]
+            return t_idle, hit
 
     t_idle, hit = asyncio.run(main())
     assert t_idle < 1.0  # was 30.0: the pin's expiry
