@@ -19,6 +19,8 @@ import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
+from replay.analysis.derived import baseline_matched_on
+
 __all__ = [
     "REAL",
     "WITHIN_NOISE",
@@ -205,14 +207,7 @@ def _against_baseline(
     design = runs if design is None else design
     others = [p for p in params if p != factor and p in runs.columns]
     all_base = runs[runs[factor] == baseline]
-    planned_base = design[design[factor] == baseline] if factor in design else design[:0]
-    # The baseline is matched only on what the design varies it in: a 0 GiB tier point with
-    # admission "all" alone is the no-offload baseline of every admission policy. Taken from
-    # the plan, not from the runs that finished: with the pool-8 baseline runs failed, pool-8
-    # points were compared with the pool-4 baseline and called real.
-    match_on = [
-        p for p in others if p in planned_base and planned_base[p].nunique(dropna=False) > 1
-    ]
+    match_on = baseline_matched_on(design, {factor: baseline}, others)
     groups: Iterable[tuple[Any, pd.DataFrame]]
     groups = runs.groupby(others, dropna=False, sort=True) if others else [((), runs)]
     for key, group in groups:

@@ -144,6 +144,26 @@ def add_derived(
     return out
 
 
+def baseline_matched_on(
+    design: pd.DataFrame, baseline: Mapping[str, Any], params: Sequence[str]
+) -> list[str]:
+    """The parameters of `params` a baseline is matched on: those its planned points (the rows
+    of `design` equal to `baseline`) take several values of. A 0 GiB point planned only with
+    admission "all" is the no-offload baseline of every admission policy (admission cannot act
+    without a tier). From the plan, not from the runs that finished: with the pool-8 baseline
+    runs failed, pool-8 points were compared with the pool-4 baseline and called real."""
+    planned = design
+    for key, value in baseline.items():
+        if key not in planned.columns:
+            return []
+        planned = planned[planned[key].eq(value)]
+    return [
+        p
+        for p in params
+        if p not in baseline and p in planned.columns and planned[p].nunique(dropna=False) > 1
+    ]
+
+
 def _relative_to_baseline(
     runs: pd.DataFrame, params: Sequence[str], baseline: Mapping[str, Any], design: pd.DataFrame
 ) -> pd.Series:
@@ -156,17 +176,7 @@ def _relative_to_baseline(
     for key, value in baseline.items():
         is_base &= runs[key].eq(value)
     base = runs[is_base]
-    planned_base = design
-    for key, value in baseline.items():
-        planned_base = planned_base[planned_base[key].eq(value)] if key in design else design[:0]
-    # Match on the parameters the baseline itself varies in: a 0 GiB point run only with
-    # admission "all" is the baseline of every admission policy (admission cannot act without a tier).
-    others = [
-        p
-        for p in params
-        if p not in baseline and p in runs.columns and p in planned_base.columns
-        and planned_base[p].nunique(dropna=False) > 1
-    ]  # fmt: skip
+    others = baseline_matched_on(design, baseline, [p for p in params if p in runs.columns])
     if others:
         means = base.groupby(others, dropna=False)["makespan_s"].mean()
         keys = (
