@@ -7,7 +7,7 @@ import sys
 import click
 import orjson
 
-from replay.cli.trace_out import check_out, read_in, write_out
+from replay.cli.trace_out import check_out, write_out
 from replay.errors import TraceError
 from replay.trace.model import MAX_VOCAB_SIZE
 
@@ -29,12 +29,11 @@ def command() -> None:
 )
 def validate_cmd(file: str, pool: int | None) -> None:
     """Check FILE; print `FILE:LINE: field: why` and exit 2 if it is malformed."""
-    from replay.trace.io import read_trace
-    from replay.trace.schedule import check_pool, is_open_loop
+    from replay.trace.io import read_trace_checked
+    from replay.trace.schedule import check_pool
 
     try:
-        trace = read_trace(file)
-        is_open_loop(trace)  # a mix of open- and closed-loop calls cannot be replayed
+        trace = read_trace_checked(file)
         if pool is not None:
             check_pool(trace, pool)
     except TraceError as e:
@@ -60,12 +59,10 @@ def _fmt(v: object) -> str:
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object")
 def stats_cmd(file: str, as_json: bool) -> None:
     """Tasks, calls, token totals, prompt lengths, prefix reuse and gaps of FILE."""
-    from replay.trace.io import read_trace
-    from replay.trace.schedule import is_open_loop
+    from replay.trace.io import read_trace_checked
     from replay.trace.stats import trace_stats
 
-    trace = read_trace(file)
-    is_open_loop(trace)  # what validate checks beyond the reader: a mix of arrival kinds
+    trace = read_trace_checked(file)
     stats = trace_stats(trace).to_dict()
     if as_json:
         click.echo(orjson.dumps(stats).decode())
@@ -198,9 +195,10 @@ def fold_cmd(file: str, out: str, **spec: object) -> None:
     on token-id traces. See docs/trace.md, "Context folding".
     """
     from replay.trace.fold import FoldSpec, fold_trace
+    from replay.trace.io import read_trace_checked
 
     check_out(out, "fold", [file])
-    trace = fold_trace(read_in(file), FoldSpec(**spec))  # type: ignore[arg-type]
+    trace = fold_trace(read_trace_checked(file), FoldSpec(**spec))  # type: ignore[arg-type]
     write_out(trace, out, "fold")
     click.echo(
         f"{out}: {len(trace.tasks)} tasks, {len(trace)} calls, {trace.prompt_tokens:,} prompt tokens"

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from replay.errors import ConfigError
 
-__all__ = ["check_out", "read_in", "write_out"]
+__all__ = ["check_out", "write_out"]
 
 
 def check_out(out: str, cmd: str, sources: Iterable[str] = ()) -> None:
@@ -35,17 +35,6 @@ def check_out(out: str, cmd: str, sources: Iterable[str] = ()) -> None:
                 f"{out!r} is the source file {src!r}: writing it would replace the source; "
                 "give another output file",
             )  # fmt: skip
-
-
-def read_in(file: str):  # noqa: ANN201 (the Trace import stays lazy)
-    """A transform's input, with every check `replay trace validate` makes (the arrival times
-    too: read_trace leaves those to the commands that schedule calls)."""
-    from replay.trace.io import read_trace
-    from replay.trace.schedule import is_open_loop
-
-    trace = read_trace(file)
-    is_open_loop(trace)
-    return trace
 
 
 def write_out(trace: object, out: str, cmd: str) -> None:

@@ -7,15 +7,17 @@ from pathlib import Path
 
 import click
 
-from replay.cli.trace_out import check_out, read_in, write_out
+from replay.cli.trace_out import check_out, write_out
 from replay.errors import ConfigError, TraceError
 
 __all__ = ["add_to"]
 
 
 def _read(file: str):  # noqa: ANN202 (the Trace import stays lazy)
+    from replay.trace.io import read_trace_checked
+
     try:
-        return read_in(file)
+        return read_trace_checked(file)
     except TraceError as e:
         click.echo(e.format(), err=True)
         sys.exit(e.exit_code)

@@ -45,7 +45,7 @@ __all__ = [
     "header_to_dict",
     "call_to_dict",
     "check_graph",
-    "read_bytes_checked",
+    "read_trace_checked",
 ]
 
 _GZIP_MAGIC = b"\x1f\x8b"
@@ -213,13 +213,14 @@ def read_trace(path: str | os.PathLike, cache_dir: str | os.PathLike | None = No
     return trace
 
 
-def read_bytes_checked(data: bytes, file: str) -> Trace:
-    """A trace file's bytes (plain or gzip) read with every check `replay trace validate` makes,
-    the whole-trace arrival checks included; errors name `file`."""
+def read_trace_checked(path: str | os.PathLike, data: bytes | None = None) -> Trace:
+    """`read_trace` with every check `replay trace validate` makes, the whole-trace arrival
+    checks included (read_trace leaves those to the commands that schedule calls); from `data`,
+    the file's bytes, when given, with errors naming `path`."""
     from replay.trace.schedule import is_open_loop
 
-    trace = _read_parsed(file, data)
-    is_open_loop(trace)
+    trace = _read_parsed(path, data)
+    is_open_loop(trace)  # a mix of open- and closed-loop calls cannot be replayed
     return trace
 
 

@@ -124,10 +124,10 @@ def write_trace(
 
 def _read_back(tmp: Path, file: str) -> None:
     """The reader's verdict on the bytes in `tmp`, reported under `file`, the name they are for."""
-    from replay.trace.io import read_bytes_checked
+    from replay.trace.io import read_trace_checked
 
     try:
-        read_bytes_checked(tmp.read_bytes(), file)
+        read_trace_checked(file, tmp.read_bytes())
     except TraceError as e:
         why = f"{e.why} (not written: the reader would refuse this file)"
         raise TraceError(e.file, e.line, e.field, why) from None
