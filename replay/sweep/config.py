@@ -86,16 +86,24 @@ class _Server(BaseModel):
     port: Annotated[int, Field(ge=0, le=65535)] = 0
 
 
+def _found(path: Path, base: Path) -> Path:
+    """A file an experiment names: relative to the current directory (where `make` runs), as
+    users type paths, else to the experiment file's folder `base` when it is there."""
+    if not path.is_absolute() and not path.exists() and (base / path).exists():
+        return base / path
+    return path
+
+
 def _costs_beside(table: Mapping[str, Any], base: Path) -> dict[str, Any]:
-    """`costs` (a calibrated costs file) found as `trace.path` is: relative to the current
-    directory, else to the experiment file's folder (a sweep run from elsewhere could not find
-    experiments/costs/... and failed every point)."""
+    """`costs` (a calibrated costs file) found as `trace.path` is (a sweep run from elsewhere
+    could not find experiments/costs/... and failed every point)."""
     out = dict(table)
     costs = out.get("costs")
     if isinstance(costs, str) and costs:
-        path = Path(costs)
-        if not path.is_absolute() and not path.exists() and (base / path).exists():
-            out["costs"] = str(base / path)
+        given = Path(costs)
+        found = _found(given, base)
+        if found is not given:  # as written unless it was found beside the file
+            out["costs"] = str(found)
     return out
 
 
@@ -104,11 +112,7 @@ def _parse_trace(where: str, table: Mapping[str, Any], base: Path) -> TraceSpec:
     if ("path" in table) == ("synth" in table):
         raise ConfigError(where, "trace", "give exactly one of trace.path or trace.synth")
     if "path" in table:
-        path = Path(table["path"])
-        # Relative paths are relative to the current directory (where `make` runs), as users
-        # type them; fall back to the experiment file's folder.
-        if not path.is_absolute() and not path.exists() and (base / path).exists():
-            path = base / path
+        path = _found(Path(table["path"]), base)
         if path.is_dir():
             raise ConfigError(where, "trace.path", f"{path} is a directory; name a trace file")
         if not path.is_file():
@@ -128,9 +132,9 @@ def _parse_trace(where: str, table: Mapping[str, Any], base: Path) -> TraceSpec:
 def parse_experiment(data: Mapping[str, Any], source: str, *, default_name: str) -> Experiment:
     """Validate a parsed TOML document; `source` names the file in errors."""
     where = source
-    bad_number = schema.non_finite(data, "")
-    if bad_number is not None:
-        raise ConfigError(where, bad_number, "must be a finite number")
+    bad = schema.bad_number(data, "")
+    if bad is not None:
+        raise ConfigError(where, *bad)
     doc = check_table(_File, data, where, lambda k: k)
     engine_table = dict(data["engine"])
     kind = engine_table.pop("kind", None)
@@ -227,26 +231,12 @@ def load_experiment(path: str | Path) -> Experiment:
         where = f"{p}:{at.group(1)}" if at else str(p)
         raise ConfigError(where, None, f"not valid TOML: {e}") from None
     try:
-        _check_64_bit(data, "", str(p))
         return parse_experiment(data, str(p), default_name=p.stem)
     except ConfigError as e:
         line = toml_line(text, e.field or "")
         if line is None or e.where != str(p):
             raise
         raise ConfigError(f"{p}:{line}", e.field, e.why) from None
-
-
-def _check_64_bit(value: Any, path: str, where: str) -> None:
-    """TOML integers are 64-bit (the TOML spec); Python's reader takes any, and a larger one
-    only failed later, when a run's records were written."""
-    if isinstance(value, dict):
-        for k, v in value.items():
-            _check_64_bit(v, f"{path}.{k}" if path else str(k), where)
-    elif isinstance(value, list):
-        for v in value:
-            _check_64_bit(v, path, where)
-    elif isinstance(value, int) and not -(1 << 63) <= value < (1 << 63):
-        raise ConfigError(where, path, f"{value} does not fit in a TOML (64-bit) integer")
 
 
 _HEADER = re.compile(r"^\s*\[\[?\s*([^\]]+?)\s*\]\]?")

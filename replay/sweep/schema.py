@@ -31,7 +31,7 @@ __all__ = [
     "build_checked",
     "run_model",
     "run_keys",
-    "non_finite",
+    "bad_number",
 ]
 
 STRICT = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
@@ -141,11 +141,15 @@ def run_keys() -> frozenset[str]:
     return frozenset(run_model().model_fields)
 
 
-def non_finite(value: Any, path: str) -> str | None:
-    """The key path of the first infinite or NaN number in `value` (nested tables and lists), or
-    None: no option of any engine means infinity, and `inf` would reach arithmetic as a size."""
+def bad_number(value: Any, path: str) -> tuple[str, str] | None:
+    """(key path, why) of the first number in `value` (nested tables and lists) that no option
+    can mean, or None: infinity or NaN (no option of any engine means infinity, and `inf` would
+    reach arithmetic as a size), or an integer past 64 bits (TOML's own bound: Python's reader
+    takes any, and a larger one failed only when a run's records were written)."""
     if isinstance(value, float) and not math.isfinite(value):
-        return path
+        return path, "must be a finite number"
+    if isinstance(value, int) and not -(1 << 63) <= value < (1 << 63):
+        return path, f"{value} does not fit in a TOML (64-bit) integer"
     if isinstance(value, Mapping):
         items: Any = ((f"{path}.{k}" if path else str(k), v) for k, v in value.items())
     elif isinstance(value, list | tuple):
@@ -153,7 +157,7 @@ def non_finite(value: Any, path: str) -> str | None:
     else:
         return None
     for sub_path, sub in items:
-        found = non_finite(sub, sub_path)
+        found = bad_number(sub, sub_path)
         if found is not None:
             return found
     return None
