@@ -88,7 +88,7 @@ def run_repeats(
     """Write the experiment file into `out_dir` and run it as a sweep; then write its report.
     Returns (SweepResult, the report's output)."""
     from replay.report import write_report
-    from replay.sweep.config import load_experiment
+    from replay.sweep.config import experiment_from_text
     from replay.sweep.results import write_bytes_atomic
     from replay.sweep.runner import run_sweep
 
@@ -114,20 +114,13 @@ def run_repeats(
         )  # fmt: skip
     # checked before it is kept: a refused trace or option wrote the file, and the corrected
     # command was then refused as another command line
-    check = out / ".experiment.toml.check"
-    check.write_text(toml_text)
     try:
-        load_experiment(check)
-    except ConfigError as e:
-        check.unlink()
+        exp = experiment_from_text(toml_text, path)
+    except ConfigError:
         if created:
             out.rmdir()
-        where = e.where.replace(str(check), str(path))  # the name it is kept under
-        raise ConfigError(where, e.field, e.why) from None
-    finally:
-        check.unlink(missing_ok=True)
+        raise
     write_bytes_atomic(path, toml_text.encode())
-    exp = load_experiment(path)
     result = run_sweep(exp, force=force, results_root=out.resolve().parent, echo=echo)
     report = write_report(result.exp_dir, figures=True)
     return result, report

@@ -44,6 +44,7 @@ __all__ = [
     "Point",
     "Experiment",
     "load_experiment",
+    "experiment_from_text",
     "parse_experiment",
     "point_name",
     "toml_line",
@@ -219,6 +220,13 @@ def load_experiment(path: str | Path) -> Experiment:
     except (OSError, UnicodeDecodeError) as e:
         why = getattr(e, "strerror", None) or str(e)
         raise ConfigError(str(p), None, f"cannot read experiment file: {why}") from None
+    return experiment_from_text(text, p)
+
+
+def experiment_from_text(text: str, path: str | Path) -> Experiment:
+    """`load_experiment` of `text`, the contents of the experiment file `path` (which need not
+    exist yet: `replay run --repeats` checks its file before it writes it)."""
+    p = Path(path)
     if text.startswith("\ufeff"):
         raise ConfigError(
             f"{p}:1", None, "starts with a UTF-8 byte-order mark, which the TOML reader does not accept; save "
