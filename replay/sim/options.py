@@ -205,10 +205,15 @@ class SimConfig:
         return self.model_preset.bytes_per_token(self.tp)
 
     @property
+    def reserved_blocks(self) -> int:
+        """Device blocks the engine keeps out of use: vLLM keeps one as its null block."""
+        return 1 if self.personality == "vllm" else 0
+
+    @property
     def device_blocks(self) -> int:
-        """Device tier capacity in blocks of `block_tokens` (vLLM keeps one as its null block)."""
+        """Device tier capacity in blocks of `block_tokens`, less the reserved ones."""
         blocks = int(self.device_kv_gib * GIB) // (self.block_tokens * self.bytes_per_token)
-        return blocks - 1 if self.personality == "vllm" else blocks
+        return blocks - self.reserved_blocks
 
     @property
     def chunk_bytes(self) -> int:

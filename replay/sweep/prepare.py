@@ -123,9 +123,7 @@ def prediction_inputs(exp: Experiment, point: Point) -> dict[str, Any]:
         names = {f.name for f in dataclasses.fields(typed)}
         built = typed(**{k: v for k, v in options.items() if k in names and v is not None})
         sim_defaults = dataclasses.asdict(built)
-        if hasattr(built, "device_blocks"):
-            whole = int(built.device_kv_gib * GIB) // (built.block_tokens * built.bytes_per_token)
-            reserved = whole - built.device_blocks
+        reserved = getattr(built, "reserved_blocks", 0)
 
     def pick(name: str, default: Any = None) -> Any:
         value = getattr(spec, name, None)
