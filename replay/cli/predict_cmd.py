@@ -169,9 +169,7 @@ def _print_tiers(doc: dict) -> None:
     ]
     click.echo("  ".join(f"{h:>14}" for _, h in cols))
     for row in doc["tiers"]:
-        cells = [
-            _gib(v) if k == "host_tier_gib" else _fmt(v) for k, v in ((k, row[k]) for k, _ in cols)
-        ]
+        cells = [_gib(row[k]) if k == "host_tier_gib" else _fmt(row[k]) for k, _ in cols]
         click.echo("  ".join(f"{c:>14}" for c in cells))
 
 
@@ -412,8 +410,10 @@ def _trace_mode(o: dict, tiers: list[float]) -> None:
     from replay.model.predict import predict_tiers  # pulls in numba: load only when predicting
 
     trace = read_trace(path)
-    too_long = sum(c.prompt_len + c.output_len > device_tokens for c in trace.calls)
-    if device_tokens and too_long:
+    too_long = device_tokens and sum(
+        c.prompt_len + c.output_len > device_tokens for c in trace.calls
+    )
+    if too_long:
         click.echo(
             f"replay: note: {too_long} of {len(trace)} calls need more than the device's "
             f"{device_tokens:,} tokens (prompt + output): an engine refuses them (the "

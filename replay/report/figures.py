@@ -92,14 +92,13 @@ def draw_figures(
 
     ttft: dict[str, np.ndarray] = {}
     runs = a.ok if len(a.ok) <= MAX_TTFT_RUNS else a.ok.drop_duplicates("point")
-    if "run_dir" not in runs.columns:  # read from the summary table: no per-call files
-        runs = runs[:0].assign(run_dir=[])
     keys = [p for p in a.params if p in runs.columns]
     runs = runs.sort_values(keys, kind="stable") if keys else runs
-    for point, group in runs.groupby("point", sort=False):
-        ttft[str(point) or "run"] = np.concatenate(
-            [ttft_s(load_calls(d)) for d in group["run_dir"]]
-        )
+    if "run_dir" in runs.columns:  # read from the summary table, there are no per-call files
+        for point, group in runs.groupby("point", sort=False):
+            ttft[str(point) or "run"] = np.concatenate(
+                [ttft_s(load_calls(d)) for d in group["run_dir"]]
+            )
     keep(
         "6_ttft_cdf",
         "Figure 6: TTFT distribution per point",
