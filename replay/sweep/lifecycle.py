@@ -290,17 +290,23 @@ def _still_ours(doc: dict) -> int | None:
     return pgid if group_alive(pgid) else None
 
 
+def _recorded_group(record: Path) -> tuple[dict, int | None]:
+    """A `server.json` as read (empty when unreadable) and the process group it names when that
+    group is certainly still the recorded server's (`_still_ours`)."""
+    try:
+        doc = json.loads(record.read_text())
+    except (OSError, ValueError):
+        return {}, None
+    return (doc, _still_ours(doc)) if isinstance(doc, dict) else ({}, None)
+
+
 def running_leftover_servers(exp_dir: Path) -> list[tuple[Path, int, str]]:
     """(run folder, process group, program) of each server an earlier sweep of `exp_dir`
     recorded that still runs, without stopping it (`replay doctor` reports them; only a sweep
     holding the lock may stop them, since a live sweep's own server has a record too)."""
     running = []
     for record in sorted(exp_dir.glob(f"*/r*/{SERVER_RECORD}")):
-        try:
-            doc = json.loads(record.read_text())
-        except (OSError, ValueError):
-            continue
-        pgid = _still_ours(doc) if isinstance(doc, dict) else None
+        doc, pgid = _recorded_group(record)
         if pgid is not None and group_alive(pgid):
             running.append((record.parent, pgid, str(doc.get("argv0") or "?")))
     return running
@@ -323,11 +329,7 @@ def stop_recorded_server(run_dir: Path, grace_s: float) -> int | None:
     the record once nothing of it runs. Returns the group id it stopped (None: none running).
     A cluster task calls it for its own run when interrupted part way through stopping."""
     record = run_dir / SERVER_RECORD
-    try:
-        doc = json.loads(record.read_text())
-    except (OSError, ValueError):
-        doc = None
-    pgid = _still_ours(doc) if isinstance(doc, dict) else None
+    _, pgid = _recorded_group(record)
     stopped = None
     if pgid is not None and group_alive(pgid):
         _stop_group(pgid, grace_s)
