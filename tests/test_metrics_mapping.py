@@ -116,6 +116,48 @@ def test_absent_is_none_and_zero_is_zero():
     assert sample_sum(s, "y_total") is None
 
 
+def test_a_declared_counter_with_no_series_yet_has_counted_nothing():
+    s = parse_metrics("# HELP x c\n# TYPE x counter\n# TYPE g gauge\n")
+    assert sample_sum(s, "x_total") == 0 and sample_sum(s, "x_total", a="1") == 0
+    assert sample_sum(s, "g") is None  # only counters: a gauge with no series says nothing
+
+
+def test_sglang_run_from_a_fresh_server_counts_its_first_hits_and_retractions():
+    """SGLang 0.5.23 makes a labelled counter's series at its first count
+    (metrics_collector.py: `cached_tokens_total.labels(..., cache_source=...)` only for a hit),
+    so the start scrape of a fresh server has the families and no series; the run's counters
+    must still be the run's, not null. Rendered by prometheus_client, as SGLang renders them."""
+    from prometheus_client import CollectorRegistry, Counter, generate_latest
+
+    reg = CollectorRegistry()
+    tok = {"model_name": "m", "is_streaming": "true"}
+    rank = {"model_name": "m", "tp_rank": "0"}
+
+    def counter(name, labels):
+        return Counter(name, name, list(labels), registry=reg)
+
+    prompt, out = (
+        counter("sglang:prompt_tokens_total", tok),
+        counter("sglang:generation_tokens_total", tok),
+    )
+    cached = counter("sglang:cached_tokens_total", [*tok, "cache_source"])
+    retracted = counter("sglang:num_retracted_requests_total", rank)
+    load = counter("sglang:load_back_tokens_total", [*rank, "pool"])
+    prompt.labels(**tok).inc(512)  # the warm-up: no hit, no retraction, no load
+    out.labels(**tok).inc(1)
+    start = sglang.map_counters(parse_metrics(generate_latest(reg).decode()))
+    prompt.labels(**tok).inc(10000)
+    out.labels(**tok).inc(200)
+    cached.labels(**tok, cache_source="device").inc(6000)
+    cached.labels(**tok, cache_source="host").inc(1500)
+    load.labels(**rank, pool="kv").inc(1500)
+    retracted.labels(**rank).inc(1)
+    end = sglang.map_counters(parse_metrics(generate_latest(reg).decode()))
+    d = counter_deltas(start, end, CANONICAL_COUNTERS)
+    assert (d["device_hit_tokens"], d["host_restore_tokens"]) == (6000, 1500)
+    assert (d["computed_prefill_tokens"], d["preemptions"], d["prompt_tokens"]) == (2500, 1, 10000)
+
+
 def test_deltas_propagate_unknowns_and_survive_counter_resets():
     d = counter_deltas({"a": 10, "b": None, "c": 5}, {"a": 25, "b": 3, "c": 2})
     assert d == {"a": 15, "b": None, "c": 2}

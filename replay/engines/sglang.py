@@ -182,7 +182,12 @@ def map_counters(samples: Samples) -> dict[str, float | None]:
     samples = one_rank(samples, "tp_rank")
     cached = "sglang:cached_tokens_total"
     prompt = sample_sum(samples, "sglang:prompt_tokens_total")
-    labelled = any("cache_source" in dict(k) for k in samples.get(cached, {}))
+    # the pinned release declares the family with its label and makes each series at its first
+    # count: declared with no series yet is its shape before any hit
+    series = samples.get(cached)
+    labelled = series is not None and (
+        not series or any("cache_source" in dict(k) for k in series)
+    )
     device = host = None
     if labelled:  # a labelled family without a device series means none yet
         device = (sample_sum(samples, cached, cache_source="device") or 0.0) + (

@@ -1,7 +1,8 @@
 """Pure helpers over parsed samples: sums with label filters, label lookups, canonical deltas.
 
 A counter that is absent from a scrape is None, never 0: "the engine does not report it" and "it
-stayed at zero" are different facts, and the report must not confuse them.
+stayed at zero" are different facts, and the report must not confuse them. A counter that is
+declared but has no series yet has counted nothing: 0.
 """
 
 from __future__ import annotations
@@ -22,10 +23,13 @@ __all__ = [
 
 def sample_sum(samples: Samples, name: str, **where: str) -> float | None:
     """Sum of `name` over the series whose labels include every `where` pair; None when `name`
-    is not exposed at all, or no series matches the filter."""
+    is not exposed at all, or no series matches the filter; 0 when `name` is declared with no
+    series yet (a labelled counter before its first count, see `parse_metrics`)."""
     series = samples.get(name)
     if series is None:
         return None
+    if not series:
+        return 0.0
     total = None
     for labels, value in series.items():
         lab = dict(labels)
