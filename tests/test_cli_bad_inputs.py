@@ -216,6 +216,9 @@ BAD_IMPORTS: list[tuple[str, str, Files, str, str]] = [
      "l.jsonl", r"l\.jsonl:1: start_time: has the wrong type"),
     ("tokenlog", "empty_log", {"l.jsonl": b"\n"}, "l.jsonl", r"l\.jsonl: -: no requests"),
     ("tokenlog", "bad_json", {"l.jsonl": b"{\n"}, "l.jsonl", r"l\.jsonl:1: -: invalid JSON"),
+    ("tokenlog", "task_id_int_and_string",  # both would be task "5": two tasks merged
+     {"l.jsonl": _lines(_with(TL, task_id=5), _with(TL, task_id="5", start_time=2, end_time=3))},
+     "l.jsonl", r"l\.jsonl:2: task_id: task id '5' and 5 \(.*l\.jsonl line 1\) both name"),
     ("efficientagent", "ragged_suffix", _ea(_with(EA_ROW, prompt_suffix=[[1], [2, 3]])),
      "ea", r"ea/t1\.jsonl\.gz:2: prompt_suffix\[0\]: is \[1\]"),
     ("efficientagent", "true_in_output", _ea(_with(EA_ROW, output=[True])),

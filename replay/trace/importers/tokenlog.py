@@ -44,10 +44,21 @@ def import_tokenlog(sources: Sequence[str | os.PathLike], vocab_size: int | None
     if not files:
         raise TraceError(", ".join(map(str, sources)), None, None, "no *.jsonl log files")
     rows: dict[str, list[tuple[float, float, np.ndarray, np.ndarray, int]]] = {}
+    first_seen: dict[str, tuple[object, str, int]] = {}  # task name -> (raw id, file, line)
     for path in files:
         file = str(path)
         for lineno, obj in iter_jsonl(path):
-            task = str(_pick(obj, TASK_KEYS, file, lineno, (str, int)))
+            raw = _pick(obj, TASK_KEYS, file, lineno, (str, int))
+            task = str(raw)
+            seen = first_seen.setdefault(task, (raw, file, lineno))
+            if type(seen[0]) is not type(raw):  # 5 and "5" would merge two tasks into one
+                raise TraceError(
+                    file,
+                    lineno,
+                    TASK_KEYS[0],
+                    f"task id {raw!r} and {seen[0]!r} ({seen[1]} line {seen[2]}) both name "
+                    f"task {task!r}; write every id of one task with one type",
+                )
             start = float(_pick(obj, START_KEYS, file, lineno, (int, float)))  # type: ignore[arg-type]
             end = float(_pick(obj, END_KEYS, file, lineno, (int, float)))  # type: ignore[arg-type]
             if end < start:
