@@ -91,6 +91,30 @@ def test_lmcache_mapping_takes_the_host_tier_from_lmcache():
     assert m["computed_prefill_tokens"] == 2500
 
 
+def test_lmcache_restores_are_the_tokens_vllm_did_not_compute_not_the_chunks_loaded():
+    """One 4000-token prompt: 1000 tokens on the device, LMCache holds 3000 in 256-token chunks.
+    LMCache loads from 768 (the device prefix rounded down to a chunk) and counts 2232; vLLM
+    skips computing 2000. Restores are the 2000, so the split adds up to the prompt."""
+    text = "".join(
+        f"# TYPE {name} counter\n{name}_total{{{labels}}} {value}\n"
+        for name, labels, value in (
+            ("vllm:prompt_tokens", 'model_name="q"', 4000),
+            ("vllm:prefix_cache_hits", 'model_name="q"', 1000),
+            ("vllm:external_prefix_cache_hits", 'model_name="q"', 2000),
+            ("vllm:prompt_tokens_by_source", 'model_name="q",source="local_compute"', 1000),
+            ("lmcache:num_hit_tokens", 'worker_id="0"', 2232),
+            ("lmcache:num_stored_tokens", 'worker_id="0"', 3072),
+        )
+    )
+    m = lmcache.map_counters(parse_metrics(text))
+    assert (m["device_hit_tokens"], m["host_restore_tokens"], m["computed_prefill_tokens"]) == (
+        1000,
+        2000,
+        1000,
+    )
+    assert m["lmcache_retrieved_tokens"] == 2232 and m["host_write_tokens"] == 3072
+
+
 def test_metric_prefix_picks_the_adapter():
     assert adapter_for_metrics(load("lmcache-vllm-synthetic.txt")).name == "lmcache"
     assert adapter_for_metrics(load("vllm-0.32-cpu-after.txt")).name == "vllm"

@@ -37,7 +37,7 @@ from replay.counters import Samples
 from replay.engines import vllm
 from replay.engines.base import EngineAdapter, LaunchSpec
 from replay.engines.common import INT_1, STR, check_option_types, extra_args, extra_env, flag_value
-from replay.metrics.counters import one_rank, sample_sum
+from replay.metrics.counters import first_present, one_rank, sample_sum
 
 __all__ = ["ADAPTER", "launch", "map_counters", "LMCACHE_OPTIONS"]
 
@@ -83,14 +83,25 @@ def launch(options: Mapping[str, Any], host: str, port: int) -> LaunchSpec:
 
 
 def map_counters(samples: Samples) -> dict[str, float | None]:
-    """vLLM's counters, with the host tier from LMCache's: restores = `num_hit_tokens_total`,
-    writes = `num_stored_tokens_total` (its help text: 'including evicted ones').
+    """vLLM's counters, with the host tier through the connector: restores = the tokens vLLM did
+    not compute because LMCache had them (`vllm:external_prefix_cache_hits_total`), writes =
+    LMCache's `num_stored_tokens_total` (its help text: 'including evicted ones').
+
+    Not LMCache's own `num_hit_tokens_total` (kept as `lmcache_retrieved_tokens`): LMCache loads
+    whole chunks from the device prefix rounded down to its chunk size
+    (integration/vllm/vllm_v1_adapter.py, `masked_token_count`) and counts every token it loads
+    (v1/cache_engine.py), so a request that also hits on the device counts up to a chunk less
+    one of device-hit tokens again, and device + host + computed exceeded the prompt.
 
     Each TP worker stores and hits its own shard of the same tokens and reports them under its
     own `worker_id`, so one worker's series is the token count; the sum would be TP x it."""
     out = vllm.map_counters(samples)
     lm = one_rank({k: v for k, v in samples.items() if k.startswith("lmcache:")}, "worker_id")
-    out["host_restore_tokens"] = sample_sum(lm, "lmcache:num_hit_tokens_total")
+    retrieved = sample_sum(lm, "lmcache:num_hit_tokens_total")
+    out["host_restore_tokens"] = first_present(
+        sample_sum(samples, "vllm:external_prefix_cache_hits_total"), retrieved
+    )
+    out["lmcache_retrieved_tokens"] = retrieved
     out["host_write_tokens"] = sample_sum(lm, "lmcache:num_stored_tokens_total")
     # vLLM counts LMCache hits as external: local device hits are prefix_cache_hits_total.
     local = sample_sum(samples, "vllm:prefix_cache_hits_total")
@@ -112,6 +123,7 @@ ADAPTER = EngineAdapter(
     map_counters=map_counters,
     reset_path=None,  # see the module docstring: LMCache cannot be emptied through vLLM
     forcing=True,
+    min_max_tokens=vllm.ADAPTER.min_max_tokens,  # vLLM's OpenAI server checks the request
     sends_task_id=True,
     description="vLLM with LMCacheConnectorV1; host tier = LMCache local CPU (LMCACHE_MAX_LOCAL_CPU_SIZE)",
     verify=verify,
