@@ -201,6 +201,31 @@ def test_calibrate_a_simulated_sweep_predicts_its_other_points(tmp_path, capsys,
     assert "per_run_speed = true" in (tmp_path / "fitted.toml").read_text()
 
 
+def test_a_sweep_whose_costs_sit_beside_its_file_calibrates_and_survives_a_torn_table(
+    tmp_path, capsys, monkeypatch
+):
+    """docs/simulator.md's command for the bundled llama.cpp twin: its experiment names
+    `costs/llamacpp-cpu.toml` beside the file, which the kept copy in results/ could not find
+    (calibrate stopped at loading it). And a run whose calls.parquet was torn is read from its
+    calls.jsonl, as the report reads it, instead of stopping the fit with a pyarrow traceback."""
+    root = Path(__file__).resolve().parents[1]
+    (tmp_path / "experiments" / "costs").mkdir(parents=True)
+    for name in ("llamacpp-cpu-sim.toml", "costs/llamacpp-cpu.toml"):
+        (tmp_path / "experiments" / name).write_bytes((root / "experiments" / name).read_bytes())
+    monkeypatch.chdir(tmp_path)
+    code, _, err = _run(["sweep", "experiments/llamacpp-cpu-sim.toml"], capsys)
+    assert code == 0, err
+    torn = tmp_path / "results/llamacpp-cpu-sim/host_tier_gib=0.0078125/r0/calls.parquet"
+    torn.write_bytes(torn.read_bytes()[: torn.stat().st_size // 2])
+    argv = ["calibrate", "results/llamacpp-cpu-sim", "--fit", "host_tier_gib=0"]
+    argv += ["--fit", "host_tier_gib=0.015625", "-o", "twin.toml", "--json"]
+    code, out, err = _run(argv, capsys)
+    assert code == 0, err
+    held = {r["point"]: r for r in orjson.loads(out)["heldout"]}
+    assert set(held) == {"host_tier_gib=0.00390625", "host_tier_gib=0.0078125"}
+    assert held["host_tier_gib=0.0078125"]["computed_prefill_error"] is not None
+
+
 @pytest.mark.parametrize(
     ("argv", "needle"),
     [
@@ -298,6 +323,48 @@ def test_a_llamacpp_point_becomes_the_personality_with_the_servers_cache_ram(mon
     ):
         cfg = SimConfig.from_options(**sim_options_for(results, "llamacpp", options, costs))
         assert (cfg.personality, cache_ram_mib(cfg)) == ("llamacpp", mib)
+
+
+def test_a_vllm_offload_point_is_simulated_with_its_own_tier_tp_and_device(monkeypatch):
+    """experiments/vllm-offload.toml's points, as the adapter reads them: `tp`, `device_kv_gib`
+    (per GPU) and each point's `host_tier_gib` (GiB a rank). Every point was simulated at TP 1
+    with no host tier, and `device_kv_gib` was refused as a missing kv_cache_memory_bytes."""
+    from replay.calibrate.heldout import sim_options_for
+    from replay.calibrate.records import ResultsDir
+    from replay.sweep.config import load_experiment
+
+    root = Path(__file__).resolve().parents[1]
+    monkeypatch.chdir(root)
+    exp = load_experiment("experiments/vllm-offload.toml")
+    results = ResultsDir(root, exp, {})
+    tiers = []
+    for point in exp.points():
+        engine, options, _ = exp.resolve(point)
+        cfg = SimConfig.from_options(**sim_options_for(results, engine, options, None))
+        assert (cfg.personality, cfg.tp, cfg.device_kv_gib, cfg.block_tokens) == ("vllm", 2, 16, 16)
+        tiers.append(cfg.host_tier_gib)
+    assert tiers == [0, 16, 64, 256]
+    bytes_opts = {"tp": 2, "kv_cache_memory_bytes": 1 << 30, "block_size": 32}
+    cfg = SimConfig.from_options(**sim_options_for(results, "vllm", bytes_opts, None))
+    assert (cfg.device_kv_gib, cfg.block_tokens, cfg.host_tier_gib) == (1.0, 32, 0)
+
+
+def test_the_fit_models_a_simulated_point_with_the_seats_and_budget_it_runs(monkeypatch):
+    """paper-hardware's points take their batch shape from `batch_defaults` (vLLM 0.13.0's per
+    hardware): the fit used the raw options' absence as 256 seats and 8,192 tokens, so an
+    RTX 3090 point and an H20 point passed as one configuration."""
+    from replay.calibrate.heldout import fit_shape
+    from replay.sweep.config import load_experiment
+
+    monkeypatch.chdir(Path(__file__).resolve().parents[1])
+    exp = load_experiment("experiments/paper-hardware.toml")
+    for point in exp.points():
+        engine, options, _ = exp.resolve(point)
+        cfg = SimConfig.from_options(**options)
+        seats, _, budget = fit_shape(engine, options)
+        assert (seats, budget) == (cfg.max_num_seqs, cfg.max_num_batched_tokens), point.name
+    shapes = {fit_shape(*exp.resolve(p)[:2]) for p in exp.points()}
+    assert len(shapes) > 1
 
 
 def test_a_fitted_step_adds_its_chunks_left_to_right_on_every_python():

@@ -57,6 +57,9 @@ def fit_shape(engine: str, options: Mapping[str, Any]) -> tuple[int, int, int]:
 
         cfg = SimConfig.from_options(**options)
         chunk = WHOLE_PROMPT_CHUNK_TOKENS if cfg.personality == "llamacpp" else cfg.chunk_tokens
+        # the engine's own seats and budget, `batch_defaults` applied (the raw options
+        # said 256 and 8,192 where the RTX 3090 preset runs 2,048)
+        return cfg.max_num_seqs, chunk, cfg.max_num_batched_tokens
     batch = int(options.get("batch_tokens") or options.get("max_num_batched_tokens") or 0)
     batch = batch or (2048 if engine == "llamacpp" else 8192)
     return servers_for(engine, options), chunk, batch
@@ -125,15 +128,22 @@ def sim_options_for(
         pred = results.experiment.predict
         if not pred.model:
             raise ConfigError(src, "predict.model", "name the model preset the simulator uses")
-        kv = options.get("kv_cache_memory_bytes")
+        from replay.engines.vllm import device_kv_bytes
+
+        kv = device_kv_bytes(options)  # per GPU, as the simulator's device_kv_gib is per rank
         if kv is None:
-            raise ConfigError(src, "engine.kv_cache_memory_bytes", "needed to size the device")
-        block = int(pred.block_tokens or 16)
+            raise ConfigError(
+                src, "engine.device_kv_gib", "needed to size the device (or kv_cache_memory_bytes)"
+            )
+        # the adapter's own option names: tp, block_size, host_tier_gib (GiB a rank, as the
+        # simulator's); the point's host tier is what the offload sweep varies
+        block = int(options.get("block_size") or pred.block_tokens or 16)
         return {
             "personality": "vllm",
             "model": pred.model,
-            "tp": int(options.get("tensor_parallel_size") or 1),
+            "tp": int(options.get("tp") or 1),
             "device_kv_gib": float(kv) / GIB,
+            "host_tier_gib": float(options.get("host_tier_gib") or 0),
             "block_tokens": block,
             "chunk_tokens": block,
             "max_num_seqs": servers_for(engine, options),
