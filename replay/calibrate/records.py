@@ -69,7 +69,7 @@ def read_results(path: str | Path) -> ResultsDir:
         raise ConfigError(
             str(root), None, "no experiment.toml: not a sweep's results directory (replay sweep)"
         )
-    exp = load_experiment(exp_file)
+    exp = load_experiment(exp_file, base=_experiment_dir(root))
     points: dict[str, PointRuns] = {}
     for point in exp.points():
         runs = []
@@ -85,11 +85,24 @@ def read_results(path: str | Path) -> ResultsDir:
     return ResultsDir(root, exp, points)
 
 
+def _experiment_dir(root: Path) -> Path | None:
+    """The folder of the experiment file the sweep ran (plan.json), where the kept copy's
+    relative `trace.path` and `engine.costs` were found; None when unknown."""
+    try:
+        where = json.loads((root / "plan.json").read_text()).get("experiment_dir")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return Path(where) if isinstance(where, str) and Path(where).is_dir() else None
+
+
 def _calls(run_dir: Path) -> pd.DataFrame:
-    if (run_dir / "calls.parquet").is_file():
-        df = pd.read_parquet(run_dir / "calls.parquet")
-    else:
-        df = pd.read_json(run_dir / "calls.jsonl", lines=True)
+    """The run's finished calls, read as the report reads them: a torn calls.parquet falls back
+    to the streamed calls.jsonl (it stopped the whole fit with a pyarrow traceback)."""
+    from replay.analysis.load import load_calls
+
+    df = load_calls(run_dir)
+    if "status" not in df.columns:
+        raise ConfigError(str(run_dir), "calls", "no readable calls.parquet or calls.jsonl")
     return df[df["status"] == "ok"].reset_index(drop=True)
 
 

@@ -130,8 +130,12 @@ def _parse_trace(where: str, table: Mapping[str, Any], base: Path) -> TraceSpec:
     return TraceSpec(synth=tuple(synth.items()))
 
 
-def parse_experiment(data: Mapping[str, Any], source: str, *, default_name: str) -> Experiment:
-    """Validate a parsed TOML document; `source` names the file in errors."""
+def parse_experiment(
+    data: Mapping[str, Any], source: str, *, default_name: str, base: Path | None = None
+) -> Experiment:
+    """Validate a parsed TOML document; `source` names the file in errors. Paths it names are
+    also looked for in `base` (default: `source`'s folder; a results folder's kept copy is
+    read with the folder of the file it was copied from)."""
     where = source
     bad = schema.bad_number(data, "")
     if bad is not None:
@@ -149,7 +153,7 @@ def parse_experiment(data: Mapping[str, Any], source: str, *, default_name: str)
         )
     from replay.engines.registry import ENGINES
 
-    base = Path(source).parent
+    base = Path(source).parent if base is None else base
     engine_table = _costs_beside(engine_table, base)
     overrides = []
     for key in [k for k, v in engine_table.items() if isinstance(v, Mapping) and k in ENGINES]:
@@ -211,19 +215,20 @@ def parse_experiment(data: Mapping[str, Any], source: str, *, default_name: str)
     return exp
 
 
-def load_experiment(path: str | Path) -> Experiment:
+def load_experiment(path: str | Path, base: Path | None = None) -> Experiment:
     """Read and validate an experiment file; every problem is a ConfigError naming the field,
-    and the line where the file sets it when there is one (`FILE:LINE: key.path: why`)."""
+    and the line where the file sets it when there is one (`FILE:LINE: key.path: why`).
+    `base`: where relative paths are also looked for (see `parse_experiment`)."""
     p = Path(path)
     try:
         text = p.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as e:
         why = getattr(e, "strerror", None) or str(e)
         raise ConfigError(str(p), None, f"cannot read experiment file: {why}") from None
-    return experiment_from_text(text, p)
+    return experiment_from_text(text, p, base)
 
 
-def experiment_from_text(text: str, path: str | Path) -> Experiment:
+def experiment_from_text(text: str, path: str | Path, base: Path | None = None) -> Experiment:
     """`load_experiment` of `text`, the contents of the experiment file `path` (which need not
     exist yet: `replay run --repeats` checks its file before it writes it)."""
     p = Path(path)
@@ -239,7 +244,7 @@ def experiment_from_text(text: str, path: str | Path) -> Experiment:
         where = f"{p}:{at.group(1)}" if at else str(p)
         raise ConfigError(where, None, f"not valid TOML: {e}") from None
     try:
-        return parse_experiment(data, str(p), default_name=p.stem)
+        return parse_experiment(data, str(p), default_name=p.stem, base=base)
     except ConfigError as e:
         line = toml_line(text, e.field or "")
         if line is None or e.where != str(p):

@@ -195,7 +195,12 @@ class SweepRunner(RunSteps):
                 )
         write_json_atomic(
             self.exp_dir / PLAN_FILE,
-            {"experiment": self.exp.name, "runs": sorted(p.rel_dir for p in planned)},
+            {
+                "experiment": self.exp.name,
+                "runs": sorted(p.rel_dir for p in planned),
+                # the kept experiment.toml's relative paths were written from here
+                "experiment_dir": str(Path(self.exp.source).resolve().parent),
+            },
         )
         outcomes: list[RunOutcome] = []
         interrupted = False
