@@ -72,3 +72,43 @@ def test_the_command_runs_under_its_old_name_too():
         )
         assert out.returncode == 0, out.stderr
         assert "--device-kv-gib" in out.stdout
+
+
+def test_the_default_check_runs_paper_h20s_workload_and_engine(monkeypatch):
+    """The spec said "paper-h20's" while it ran 256-token chunks, 4 GiB and non-blocking
+    transfers (paper-h20 moved to 1,024, 6 GiB and blocking LMCache transfers); the experiment
+    file is the reference, so the two cannot drift apart again."""
+    from pathlib import Path
+
+    from replay.sim.options import SimConfig
+    from replay.studies.efficientagent.holdout import PAPER_H20_ENGINE
+    from replay.sweep.config import load_experiment
+
+    monkeypatch.chdir(Path(__file__).resolve().parents[1])
+    exp = load_experiment("experiments/paper-h20.toml")
+    spec = HoldoutSpec()
+    assert dict(exp.trace.synth) == {"preset": "swe-agent", "tasks": spec.tasks, "seed": spec.seed}
+    assert dict(exp.run)["pool"] == spec.pool
+    point = next(p for p in exp.points() if dict(p.params)["admission"] == "all")
+    _, options, _ = exp.resolve(point)
+    paper = SimConfig.from_options(**options)
+    ours = SimConfig(
+        hardware=spec.hardware, model=spec.model, tp=spec.tp, device_kv_gib=spec.device_kv_gib,
+        chunk_tokens=spec.chunk_tokens, block_tokens=spec.block_tokens, **dict(PAPER_H20_ENGINE),
+        host_tier_gib=paper.host_tier_gib,
+    )  # fmt: skip
+    assert ours == paper
+    assert sorted(spec.tiers_gib) == sorted({dict(p.params)["host_tier_gib"] for p in exp.points()})
+    assert spec.describe().endswith("paper-h20's.")
+    assert SMALL.describe().endswith("a reduced setup, not paper-h20's.")
+
+
+@pytest.mark.parametrize("tasks", ["0", "1"])
+def test_a_check_without_two_halves_is_refused_in_one_line(tasks, tmp_path):
+    out = subprocess.run(
+        [sys.executable, "-m", "replay.studies.efficientagent.holdout", "--tasks", tasks,
+         "--scale", "0.05", "--out", str(tmp_path / "h")],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1, out.stderr
+    assert "tasks" in out.stderr and not (tmp_path / "h" / "holdout.json").exists()

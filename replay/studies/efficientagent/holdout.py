@@ -10,7 +10,8 @@ at their runs. Both the nominal (unfitted) and the calibrated predictions are re
 
     python -m replay.studies.efficientagent.holdout   # paper scale, ~3 min on 2 cores
 
-Small: `--tasks 32 --scale 0.25 --device-kv-gib 1 --out /tmp/h`.
+Small: `--tasks 32 --scale 0.25 --device-kv-gib 1 --out /tmp/h` (the paper page then names the
+reduced setup it shows).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from typing import Any
 
 import orjson
 
+from replay.errors import ConfigError
 from replay.model.order import ServiceModel
 from replay.model.predict import predict_tiers
 from replay.model.presets import GIB, get_hardware, get_model
@@ -31,9 +33,21 @@ from replay.trace.model import Trace
 __all__ = ["HoldoutSpec", "split_tasks", "measure", "calibrate_device_tokens", "run_holdout"]
 
 
+# experiments/paper-h20.toml's engine settings beyond the sizes below (a test keeps the two equal)
+PAPER_H20_ENGINE: tuple[tuple[str, Any], ...] = (
+    ("kappa", 8),
+    ("jitter", 0.05),
+    ("seed", 0),
+    ("blocking_transfers", True),
+    ("host_link_efficiency", 0.65),
+)
+
+
 @dataclass(frozen=True)
 class HoldoutSpec:
-    """The workload and engine of the check (paper-h20's, by default)."""
+    """The workload and engine of the check: by default paper-h20's (its trace, pool, tiers,
+    device, chunk and engine settings, `admission = "all"`); `engine` holds the SimConfig
+    fields beyond the sizes."""
 
     tasks: int = 100
     seed: int = 0
@@ -44,9 +58,21 @@ class HoldoutSpec:
     hardware: str = "h20"
     model: str = "qwen3-coder-30b-a3b"
     tp: int = 8
-    device_kv_gib: float = 4.0
-    chunk_tokens: int = 256
+    device_kv_gib: float = 6.0
+    chunk_tokens: int = 1024
     block_tokens: int = 16
+    engine: tuple[tuple[str, Any], ...] = PAPER_H20_ENGINE
+
+    def describe(self) -> str:
+        """The setup in one sentence, for the page that shows the check's numbers."""
+        paper = self == HoldoutSpec()
+        extra = ", ".join(f"{k} {v}" for k, v in self.engine)
+        return (
+            f"Setup: {self.tasks} SWE-agent tasks at scale {self.scale:g} (seed {self.seed}), "
+            f"{self.hardware} {self.model} TP{self.tp}, {self.device_kv_gib:g} GiB device KV a "
+            f"rank, {self.chunk_tokens}-token host chunks, {extra}"
+            + (": paper-h20's." if paper else ": a reduced setup, not paper-h20's.")
+        )
 
 
 def split_tasks(trace: Trace) -> tuple[Trace, Trace]:
@@ -82,7 +108,7 @@ def measure(
         host_tier_gib=tier_gib,
         chunk_tokens=spec.chunk_tokens,
         block_tokens=spec.block_tokens,
-        **sim,
+        **{**dict(spec.engine), **sim},
     )
     transport = SimTransport(cfg, vocab_size=trace.header.vocab_size)
     loop = VirtualTimeLoop()
@@ -187,6 +213,8 @@ def run_holdout(spec: HoldoutSpec, echo=lambda s: None) -> dict[str, Any]:
 
     trace = synth("swe-agent", tasks=spec.tasks, seed=spec.seed, scale=spec.scale)
     cal, held = split_tasks(trace)
+    if not cal.tasks or not held.tasks:  # a check with an empty half would still be published
+        raise ConfigError("holdout", "--tasks", f"needs >= 2 root tasks, got {spec.tasks}")
     nominal = int(spec.device_kv_gib * GIB) // get_model(spec.model).bytes_per_token(spec.tp)
     echo(f"calibration half: {len(cal)} calls; held-out half: {len(held)} calls")
     cal_meas = {t: measure(cal, spec, spec.pool, t) for t in spec.tiers_gib}
@@ -220,7 +248,8 @@ def run_holdout(spec: HoldoutSpec, echo=lambda s: None) -> dict[str, Any]:
         echo(f"{name} pool {pool}: done")
     summary = _summary(rows, spec, len(cal.tasks), len(held.tasks), fitted, nominal)
     return {
-        "spec": spec.__dict__,
+        "spec": {**spec.__dict__, "engine": dict(spec.engine)},
+        "setup": spec.describe(),
         "device_tokens_nominal": nominal,
         "device_tokens_fitted": fitted,
         "rows": rows,
@@ -234,11 +263,15 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--tasks", type=int, default=100)
     ap.add_argument("--scale", type=float, default=1.0)
-    ap.add_argument("--device-kv-gib", type=float, default=4.0)
+    ap.add_argument("--device-kv-gib", type=float, default=HoldoutSpec.device_kv_gib)
     ap.add_argument("--out", default="results/paper-holdout")
     args = ap.parse_args(argv)
     spec = HoldoutSpec(tasks=args.tasks, scale=args.scale, device_kv_gib=args.device_kv_gib)
-    doc = run_holdout(spec, echo=lambda s: print(s, file=sys.stderr))
+    try:
+        doc = run_holdout(spec, echo=lambda s: print(s, file=sys.stderr))
+    except ConfigError as e:  # bad --tasks, --scale or --device-kv-gib: one line, as the CLI
+        print(f"replay: {e}", file=sys.stderr)
+        return 2
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     tmp = out / ".holdout.json.tmp"

@@ -209,6 +209,8 @@ def _holdout(doc: Mapping[str, Any] | None) -> list[str]:
     if not doc:
         return [*head, "Not run yet: `python -m replay.studies.efficientagent.holdout`.", ""]
     lines = [*head, str(doc.get("summary", "")), ""]
+    if doc.get("setup"):  # older files have none
+        lines += [str(doc["setup"]), ""]
     rows = [
         [
             r["set"],
