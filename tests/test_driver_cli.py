@@ -266,6 +266,32 @@ def test_run_against_the_simulator_server_over_loopback(trace_file, tmp_path, si
     assert not {"device_blocks", "host_chunks", "device_blocks_capacity"} & set(counters)
 
 
+def test_a_call_recorded_with_no_output_asks_a_vllm_like_server_for_one_token(tmp_path, sim_server):
+    """vLLM refuses max_tokens 0 and so does the sim server; the WEKA set has two such calls.
+    Over HTTP the call asks for 1 (its row says so) and the run is clean; in process the
+    simulator takes 0 as a prefill-only request."""
+    trace = tmp_path / "t.jsonl"
+    write_trace(make_trace({"a": [{"out": 3}, {"out": 0}, {"out": 2}]}), trace)
+    rows = {}
+    for where, args in (
+        ("http", ("--url", sim_server, "--engine-kind", "sim-server")),
+        ("sim", ("--engine", "sim")),
+    ):
+        cp = _replay(
+            "run", "--trace", str(trace), "--pool", "1", "--out", str(tmp_path / where),
+            "--gap-scale", "0", "--strict", "--json", *args,
+        )  # fmt: skip
+        assert cp.returncode == 0, cp.stderr
+        summary = orjson.loads(cp.stdout)
+        assert summary["status"] == "ok" and summary["errors"] == 0, summary
+        rows[where] = pd.read_parquet(tmp_path / where / "calls.parquet").sort_values("call")
+    assert rows["http"]["max_tokens"].tolist() == [3, 1, 2]
+    assert rows["http"]["completion_tokens"].tolist() == [3, 1, 2]
+    assert rows["sim"]["max_tokens"].tolist() == [3, 0, 2]
+    # the extra token enters no context: the third prompt is the trace's, sent whole
+    assert rows["http"]["prompt_tokens"].tolist() == rows["sim"]["prompt_tokens"].tolist()
+
+
 def test_a_run_started_with_sigint_ignored_keeps_ignoring_it(tmp_path):
     """As `cmd &` from a script starts it: Python then leaves SIGINT ignored, and so must the
     replay (it took the signal over and stopped the run)."""

@@ -416,3 +416,52 @@ def test_request_fields_read_as_vllm_reads_them(server, extra, status):
     assert r.status_code == status, r.text
     if status == 200:
         assert r.json()["usage"]["completion_tokens"] == 16
+
+
+@pytest.mark.parametrize(
+    "extra, status, param, words",
+    [
+        # vLLM 0.33's answers, word for word (sources cited in docs/simulator.md)
+        ({"max_tokens": 0}, 400, "max_tokens", "max_tokens must be at least 1, got 0."),
+        ({"max_tokens": -2}, 400, "max_tokens", "max_tokens must be at least 1, got -2."),
+        (
+            {"stream_options": {"include_usage": True}},
+            400,
+            "stream_options",
+            "Stream options can only be defined when `stream=True`.",
+        ),
+        ({"model": "gpt-4"}, 404, "model", "The model `gpt-4` does not exist."),
+    ],
+)
+def test_requests_vllm_refuses_are_refused_in_its_words(server, extra, status, param, words):
+    r = server.post("/v1/completions", json={"prompt": [1, 2, 3], **extra})
+    assert r.status_code == status, r.text
+    err = r.json()["error"]
+    assert (err["message"], err["param"], err["code"]) == (words, param, status)
+
+
+@pytest.mark.parametrize("model", [None, "", "qwen3-coder-30b-a3b"])
+def test_the_served_model_or_none_is_answered_under_the_served_name(server, model):
+    r = server.post("/v1/completions", json={"prompt": [1, 2, 3], "max_tokens": 1, "model": model})
+    assert r.status_code == 200, r.text
+    assert r.json()["model"] == "qwen3-coder-30b-a3b"
+
+
+def test_served_model_name_is_the_name_answered_and_listed():
+    import asyncio
+
+    from replay.sim.server import build_app
+
+    async def main():
+        app = build_app(SimConfig(device_kv_gib=0.5), served_model_name="coder")
+        async with (
+            _serving(app) as port,
+            httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=30) as c,
+        ):
+            listed = (await c.get("/v1/models")).json()["data"][0]["id"]
+            body = {"prompt": [1, 2], "max_tokens": 1}
+            named = await c.post("/v1/completions", json={**body, "model": "coder"})
+            preset = await c.post("/v1/completions", json={**body, "model": "qwen3-coder-30b-a3b"})
+            return listed, named.status_code, named.json()["model"], preset.status_code
+
+    assert asyncio.run(main()) == ("coder", 200, "coder", 404)

@@ -269,6 +269,7 @@ def command(
             forcing=use_forcing,
             truncate_prompt_tokens=truncate_prompt_tokens,
             request_extras=adapter.request_extras,
+            min_max_tokens=adapter.min_max_tokens,
             efficientagent_task_id=use_task_id,
             timer_spin_s=timer_spin_s,
             **sync,

@@ -23,8 +23,15 @@ def command() -> None:
 @click.option("--host", default="127.0.0.1", show_default=True, help="address to bind")
 @click.option("--port", type=int, required=True, help="port to bind (0: any free port)")
 @click.option("--ready-file", default=None, help="write the bound port here once listening")
+@click.option(
+    "--served-model-name",
+    default=None,
+    help="the `model` it answers to and lists [default: the --model preset]; others get 404",
+)
 @sim_options
-def serve_cmd(host: str, port: int, ready_file: str | None, **simopts) -> None:
+def serve_cmd(
+    host: str, port: int, ready_file: str | None, served_model_name: str | None, **simopts
+) -> None:
     """Serve /v1/completions, /v1/models, /health, /metrics, /reset_prefix_cache."""
     from replay.sim.server import serve
 
@@ -38,7 +45,7 @@ def serve_cmd(host: str, port: int, ready_file: str | None, **simopts) -> None:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, task.cancel)  # type: ignore[union-attr]
         try:
-            await serve(config, host, port, ready_file)
+            await serve(config, host, port, ready_file, served_model_name)
         except OSError as e:
             raise ConfigError("--port", "port", f"cannot bind {host}:{port}: {e}") from None
 

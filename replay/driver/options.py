@@ -65,6 +65,9 @@ class RunOptions:
     - `truncate_prompt_tokens`: keep only the first N tokens of every prompt (prefix sharing
       survives), for models shorter than the recorded context; None sends prompts whole.
     - `request_extras`: the engine adapter's hook; None is plain OpenAI.
+    - `min_max_tokens`: a call recorded with fewer output tokens asks for this many (the
+      engine adapter's `min_max_tokens`: vLLM and SGLang refuse `max_tokens` 0); 0 asks for
+      every call's recorded length.
     - `efficientagent_task_id`: add `kv_transfer_params = {"efficientagent.task_id": task}` to
       every request, the task identity the EfficientAgent study's connector reads
       (`task_identity_fields`); the sweep and `replay run` turn it on for engines whose adapter
@@ -95,6 +98,7 @@ class RunOptions:
     forcing: bool = False
     truncate_prompt_tokens: int | None = None
     request_extras: RequestExtras | None = None
+    min_max_tokens: int = 0
     drift_warn_s: float = 0.010
     efficientagent_task_id: bool = False
     last_byte_sync: bool = field(default_factory=lambda: _env_on("REPLAY_LAST_BYTE_SYNC"))
@@ -126,6 +130,10 @@ class RunOptions:
             raise bad(
                 "timer_spin_s", f"must be in [0, {MAX_TIMER_SPIN_S:g}] s, got {self.timer_spin_s!r}"
             )
+        if not isinstance(self.min_max_tokens, int) or isinstance(self.min_max_tokens, bool):
+            raise bad("min_max_tokens", f"must be an integer >= 0, got {self.min_max_tokens!r}")
+        if self.min_max_tokens < 0:
+            raise bad("min_max_tokens", f"must be an integer >= 0, got {self.min_max_tokens!r}")
         if self.truncate_prompt_tokens is not None and self.truncate_prompt_tokens < 1:
             raise bad("truncate_prompt_tokens", f"must be >= 1, got {self.truncate_prompt_tokens}")
 

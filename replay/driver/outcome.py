@@ -19,6 +19,7 @@ from replay.errors import ErrorKind, RequestFailed
 from replay.protocol import CompletionRequest, CompletionResult
 from replay.status import CallStatus
 from replay.trace.model import Step, Trace
+from replay.trace.tokens import output_tokens
 
 __all__ = ["Prompts", "build_request", "call_row"]
 
@@ -36,6 +37,7 @@ class Prompts:
     def __init__(self, trace: Trace, opt: RunOptions) -> None:
         self._trace = trace
         self._opt = opt
+        self._vocab_size = trace.header.vocab_size
         self._steps: dict[str, Iterator[Step]] = {}
 
     def start(self, task: str) -> None:
@@ -56,32 +58,41 @@ class Prompts:
         step = next(self._steps[task])  # a task's calls are ready one at a time, in order
         if index + 1 == len(self._trace.tasks[task]):
             del self._steps[task]
-        return build_request(step, self._opt)
+        return build_request(step, self._opt, self._vocab_size)
 
     def drop(self, task: str) -> None:
         self._steps.pop(task, None)
 
 
-def build_request(step: Step, opt: RunOptions) -> CompletionRequest:
+def build_request(step: Step, opt: RunOptions, vocab_size: int) -> CompletionRequest:
     """The request for `step`: its prompt (cut to `truncate_prompt_tokens`), its recorded output
-    as the forced output when forcing, and the engine adapter's extra fields."""
+    as the forced output when forcing, and the engine adapter's extra fields.
+
+    A call recorded with fewer output tokens than the server accepts (`min_max_tokens`: vLLM
+    refuses `max_tokens` 0) asks for that many, its forced output made up with the stand-in ids
+    of the trace format; the next prompt is the trace's, so the extra token is in no context."""
     c = step.call
     prompt = step.prompt
     n = opt.truncate_prompt_tokens
     if n is not None and len(prompt) > n:
         prompt = prompt[:n]
+    n_out = c.output_len
     forced = step.output if opt.forcing else None
+    if n_out < opt.min_max_tokens:
+        n_out = opt.min_max_tokens
+        if forced is not None:
+            forced = output_tokens(c.task, c.index, n_out, vocab_size)
     extras: dict[str, Any] = {}
     if opt.request_extras is not None:
         forced_ids = forced.tolist() if forced is not None else None
-        extras = opt.request_extras(c.output_len, forced_ids)
+        extras = opt.request_extras(n_out, forced_ids)
     if opt.efficientagent_task_id:
         extras = task_identity_fields(c.task, extras)
     return CompletionRequest(
         task=c.task,
         call=c.index,
         prompt=prompt,
-        max_tokens=c.output_len,
+        max_tokens=n_out,
         forced_output=forced,
         extras=extras,
     )

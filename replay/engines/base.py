@@ -76,6 +76,9 @@ class EngineAdapter:
       mapping of cumulative sample values (see replay.metrics); missing counters are None.
     - `reset_path`: HTTP path that empties the prefix cache (POST), or None.
     - `forcing`: whether the adapter can force the recorded output ids exactly.
+    - `min_max_tokens`: the smallest `max_tokens` the server accepts. A call recorded with fewer
+      output tokens (a prefill-only call: two in the WEKA set) asks for this many instead, and
+      its row says so; 0 sends every call as recorded.
     - `verify(samples, options)` -> problems (strings) where the running server reports a
       configuration that differs from the options it was launched with (e.g. vLLM's
       `cache_config_info` labels); empty when it matches or cannot be checked.
@@ -109,6 +112,7 @@ class EngineAdapter:
     map_counters: Callable[[Samples], dict[str, float | None]]
     reset_path: str | None = None
     forcing: bool = False
+    min_max_tokens: int = 0
     metrics_path: str = "/metrics"
     description: str = ""
     verify: Callable[[Samples, Mapping[str, Any]], list[str]] = no_verify

@@ -51,6 +51,9 @@ def make_adapter(
         name="external",
         launch=lambda options, host, port: None,
         request_extras=openai_extras,
+        # an unknown OpenAI-compatible server: ask for at least one token, which vLLM requires
+        # and every server accepts
+        min_max_tokens=1,
         map_counters=map_counters_auto,
         description="an already running OpenAI-compatible server at `url` (no launch)",
         option_names=EXTERNAL_OPTIONS,

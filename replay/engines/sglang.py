@@ -185,9 +185,7 @@ def map_counters(samples: Samples) -> dict[str, float | None]:
     # the pinned release declares the family with its label and makes each series at its first
     # count: declared with no series yet is its shape before any hit
     series = samples.get(cached)
-    labelled = series is not None and (
-        not series or any("cache_source" in dict(k) for k in series)
-    )
+    labelled = series is not None and (not series or any("cache_source" in dict(k) for k in series))
     device = host = None
     if labelled:  # a labelled family without a device series means none yet
         device = (sample_sum(samples, cached, cache_source="device") or 0.0) + (
@@ -237,6 +235,9 @@ ADAPTER = EngineAdapter(
     map_counters=map_counters,
     reset_path="/flush_cache",
     forcing=True,
+    # /v1/completions refuses max_tokens <= 0 ("max_tokens must be positive",
+    # sglang/srt/entrypoints/openai/protocol.py:448-452 at 0.5.23, CompletionRequest)
+    min_max_tokens=1,
     description="SGLang server; host tier = HiCache (--enable-hierarchical-cache --hicache-size)",
     version_argv=version_argv,
     option_names=SGLANG_OPTIONS,

@@ -56,6 +56,8 @@ def launch_server(options: Mapping[str, Any], host: str, port: int) -> LaunchSpe
         "--port",
         str(port),
     ]
+    if options.get("served_model_name"):
+        argv += ["--served-model-name", str(options["served_model_name"])]
     argv += sim_argv(options) + extra_args(options, "sim-server")
     return LaunchSpec(
         argv=argv,
@@ -140,6 +142,7 @@ SIM_SERVER = EngineAdapter(
     map_counters=map_counters,
     reset_path="/reset_prefix_cache",
     forcing=True,
+    min_max_tokens=1,  # its server checks max_tokens as vLLM's does (replay.sim.server)
     description="reference simulator behind its OpenAI-compatible HTTP server (subprocess)",
     option_names=SIM_OPTIONS | LAUNCH_OPTIONS,
     options_type=SimConfig,

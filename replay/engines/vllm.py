@@ -350,6 +350,8 @@ ADAPTER = EngineAdapter(
     map_counters=map_counters,
     reset_path="/reset_prefix_cache?reset_external=true",
     forcing=True,
+    # SamplingParams._verify_args refuses max_tokens < 1 (vllm/sampling_params.py:691 at 0.33.0)
+    min_max_tokens=1,
     description="vLLM OpenAI server; host tier = native CPU offloading (--kv-offloading-size)",
     verify=verify,
     version_argv=version_argv,

@@ -45,8 +45,14 @@ class BadRequest(Exception):
         self.param = param
 
 
+class ModelNotFound(BadRequest):
+    """A `model` the server does not serve: 404, as vLLM answers it."""
+
+
 def _error(status: int, message: str, param: str | None = None) -> web.Response:
     kind = "invalid_request_error" if status < 500 else "internal_server_error"
+    if status == 404:
+        kind = "NotFoundError"
     body = {"error": {"message": message, "type": kind, "param": param, "code": status}}
     return web.Response(status=status, body=orjson.dumps(body), content_type="application/json")
 
@@ -55,6 +61,8 @@ def _error(status: int, message: str, param: str | None = None) -> web.Response:
 async def _errors(request: web.Request, handler):
     try:
         return await handler(request)
+    except ModelNotFound as e:
+        return _error(404, str(e), e.param)
     except BadRequest as e:
         return _error(400, str(e), e.param)
     except web.HTTPRequestEntityTooLarge:
@@ -126,13 +134,13 @@ def _text(ids: np.ndarray) -> str:
 class SimServer:
     """Holds the engine, its runner and per-task request numbering."""
 
-    def __init__(self, config: SimConfig):
+    def __init__(self, config: SimConfig, served_model_name: str | None = None):
         self.config = config
         self.front = SimTransport(config)  # reused for request checks and keying
         self.engine = self.front.engine
         self.runner = EngineRunner(self.engine, ScaledSimClock(config.time_scale))
         self._calls: dict[str, int] = {}
-        self.served_model = config.model
+        self.served_model = served_model_name or config.model
 
     def reset_calls(self) -> None:
         """Forget per-user request numbers: the next request of each user is its call 0 again
@@ -171,7 +179,14 @@ class SimServer:
             raise BadRequest("request body must be a JSON object")
         if "prompt" not in body:
             raise BadRequest("`prompt` is required", "prompt")
-        max_tokens = _int_field(body, "max_tokens", 16)
+        model = body.get("model")
+        if model is not None and not isinstance(model, str):
+            raise BadRequest("`model` must be a string", "model")
+        if model and model != self.served_model:  # vLLM: null or "" means the served model
+            raise ModelNotFound(f"The model `{model}` does not exist.", "model")
+        max_tokens = _int_field(body, "max_tokens", 16, lo=-(1 << 63))
+        if max_tokens < 1:  # vLLM's words (SamplingParams._verify_args)
+            raise BadRequest(f"max_tokens must be at least 1, got {max_tokens}.", "max_tokens")
         min_tokens = _int_field(body, "min_tokens", 0)
         raw = body["prompt"]
         if isinstance(raw, list) and raw and not isinstance(raw[0], list | str):
@@ -203,6 +218,11 @@ class SimServer:
         so = body.get("stream_options") or {}
         if not isinstance(so, dict):
             raise BadRequest("`stream_options` must be an object", "stream_options")
+        stream = _bool_field(body, "stream")
+        if so and not stream:  # vLLM's words (CompletionRequest.validate_stream_options)
+            raise BadRequest(
+                "Stream options can only be defined when `stream=True`.", "stream_options"
+            )
         call = self._calls.get(user, 0)
         self._calls[user] = call + 1  # a refused call still counts: the next one is call + 1
         self.check_lengths(len(prompt), max_tokens)
@@ -214,10 +234,10 @@ class SimServer:
         except RequestFailed as e:
             raise BadRequest(str(e).removeprefix("http_4xx: "), "prompt") from None
         opts = {
-            "stream": _bool_field(body, "stream"),
+            "stream": stream,
             "include_usage": _bool_field(so, "include_usage"),
             "token_ids": _bool_field(body, "return_token_ids"),
-            "model": body.get("model") or self.served_model,
+            "model": self.served_model,
         }
         return seq, forced, opts
 
@@ -238,9 +258,9 @@ def _usage(seq: Seq) -> dict:
 SIM_SERVER = web.AppKey("sim", SimServer)
 
 
-def build_app(config: SimConfig) -> web.Application:
+def build_app(config: SimConfig, served_model_name: str | None = None) -> web.Application:
     """The aiohttp application; the engine loop starts with the app and stops with it."""
-    srv = SimServer(config)
+    srv = SimServer(config, served_model_name)
     collector = SimCollector(srv.engine.counters, srv.gauges)
     app = web.Application(client_max_size=MAX_BODY_BYTES, middlewares=[_errors])
     app[SIM_SERVER] = srv  # for handlers and tests that hold only the app
@@ -427,11 +447,17 @@ def app_runner(app: web.Application) -> web.AppRunner:
     return web.AppRunner(app, access_log=None, handler_cancellation=True, shutdown_timeout=5.0)
 
 
-async def serve(config: SimConfig, host: str, port: int, ready_file: str | None = None) -> None:
+async def serve(
+    config: SimConfig,
+    host: str,
+    port: int,
+    ready_file: str | None = None,
+    served_model_name: str | None = None,
+) -> None:
     """Warm the engine up, bind, write the bound port to `ready_file` (atomically), serve until
     cancelled."""
     await asyncio.to_thread(warm_up, config)
-    runner = app_runner(build_app(config))
+    runner = app_runner(build_app(config, served_model_name))
     await runner.setup()
     try:
         site = web.TCPSite(runner, host, port)

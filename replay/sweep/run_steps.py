@@ -50,6 +50,7 @@ def _run_options(adapter: EngineAdapter, run: Mapping[str, Any]):
     kwargs = {k: v for k, v in run.items() if k != "transport"}
     kwargs.setdefault("forcing", adapter.forcing)  # force recorded outputs wherever the engine can
     kwargs.setdefault("efficientagent_task_id", adapter.sends_task_id)
+    kwargs.setdefault("min_max_tokens", adapter.min_max_tokens)  # what the server accepts
     kwargs.setdefault("progress", sys.stderr.isatty())  # each run's live bar, on a terminal
     return RunOptions(**kwargs, request_extras=adapter.request_extras)
 

@@ -120,6 +120,22 @@ def test_request_fields_exist_in_the_completion_request(sglang_release):
     assert names_both_versions(renamed, "return_cached_tokens_details", **later)
 
 
+def test_the_smallest_max_tokens_is_what_the_completion_request_accepts(sglang_release):
+    """/v1/completions' CompletionRequest refuses max_tokens <= 0 (its sampling parameters would
+    take 0): the adapter asks a call recorded with 0 output tokens for 1."""
+    tree = parse(sglang_release.root / PROTOCOL)
+    request = next(
+        n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "CompletionRequest"
+    )
+    check = next(
+        n
+        for n in request.body
+        if isinstance(n, ast.FunctionDef) and n.name == "validate_max_tokens_positive"
+    )
+    assert "v <= 0" in ast.unparse(check)
+    assert sglang.ADAPTER.min_max_tokens == 1
+
+
 def test_cache_details_come_in_the_sglext_object_the_driver_reads(sglang_release):
     protocol = [sglang_release.root / PROTOCOL]
     kw = sglang_release.versions()

@@ -200,6 +200,14 @@ def test_request_fields_exist_in_the_completion_request(vllm_release):
     assert sent - fields == set()
 
 
+def test_the_smallest_max_tokens_is_what_sampling_params_accepts(vllm_release):
+    """The adapters ask a call recorded with 0 output tokens for `min_max_tokens`: the release's
+    SamplingParams must refuse max_tokens below exactly that."""
+    source = (vllm_release.root / "vllm/sampling_params.py").read_text()
+    assert "if self.max_tokens is not None and self.max_tokens < 1:" in source
+    assert vllm.ADAPTER.min_max_tokens == lmcache.ADAPTER.min_max_tokens == 1
+
+
 def test_v2_processor_matches_the_release_interface_by_ast(vllm_release):
     interface = vllm_release.root / V2_DIR / "interface.py"
     ours = Path(vllm_forcing_v2.__file__)
