@@ -47,6 +47,22 @@ def test_vllm_argv_gpu_with_host_tier():
     assert spec.env["VLLM_SERVER_DEV_MODE"] == "1"  # /reset_prefix_cache needs dev mode
 
 
+def test_vllm_refuses_a_memory_fraction_beside_a_device_kv_size():
+    """vLLM 0.33 ignores gpu_memory_utilization once kv_cache_memory_bytes is set
+    (vllm/config/cache.py:374): a sweep over it would vary nothing."""
+    for size in ({"device_kv_gib": 4}, {"kv_cache_memory_bytes": 1 << 30}):
+        with pytest.raises(ConfigError, match="engine.gpu_memory_utilization"):
+            vllm.launch({"model": "m", "gpu_memory_utilization": 0.5, **size}, "h", 1)
+    alone = vllm.launch({"model": "m", "gpu_memory_utilization": 0.5}, "h", 1).argv
+    assert flag(alone, "--gpu-memory-utilization") == "0.5"
+
+
+@pytest.mark.parametrize("url", ["http://127.0.0.1:99999", "localhost:8000", "http://:80"])
+def test_an_external_url_that_cannot_be_reached_is_refused_before_the_sweep(url):
+    with pytest.raises(ConfigError, match="engine.url"):
+        get_engine("external").check({"url": url})
+
+
 def test_vllm_cpu_mode_without_host_tier():
     opts = {"model": "/m", "kv_cache_memory_bytes": 33554432, "enforce_eager": True,
             "load_format": "dummy", "logits_processors": "replay.engines.vllm_forcing:X",

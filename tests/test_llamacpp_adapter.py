@@ -76,6 +76,13 @@ def test_launch_binary_gets_its_port_and_extra_args():
     assert spec.argv[spec.argv.index("--port") + 1] == "9"
 
 
+def test_extra_args_without_a_binary_are_refused_not_dropped():
+    """The wheel's embedded server is configured through its parameters: a command line given
+    to it was parsed by the runner and then never used."""
+    with pytest.raises(ConfigError, match="engine.extra_args.*server_bin"):
+        launch({"extra_args": ["--no-cache-prompt"]}, "h", 9)
+
+
 def test_cache_ram_from_host_tier_gib_and_validation():
     assert cache_ram_mib({}) == 0
     assert cache_ram_mib({"host_tier_gib": 0.015625}) == 16

@@ -38,6 +38,12 @@ def make_adapter(
     def check_options(options: Mapping[str, Any]) -> None:
         if not isinstance(options.get("url"), str) or not options["url"]:
             raise ConfigError("engine external", "engine.url", "required: the server's base URL")
+        from replay.driver.http_common import HttpOptions  # `replay run --url`'s own rule
+
+        try:  # before the sweep starts, not as each run's crash
+            HttpOptions(options["url"])
+        except ValueError as e:
+            raise ConfigError("engine external", "engine.url", str(e)) from None
         kind = options.get("kind")
         if kind is not None and (kind not in engines or kind == "external"):
             valid = ", ".join(sorted(set(engines) - {"external"}))

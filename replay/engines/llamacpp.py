@@ -164,8 +164,16 @@ def launch(options: Mapping[str, Any], host: str, port: int) -> LaunchSpec:
     argv += ["--cache-ram-mib", str(cache_ram_mib(options))]
     if options.get("model_dir"):
         argv += ["--model-dir", str(options["model_dir"])]
-    argv += [f"--extra={arg}" for arg in extra_args(options, "llamacpp")]
     server_bin = options.get("server_bin")
+    extra = extra_args(options, "llamacpp")
+    if extra and not server_bin:  # the wheel's server takes its settings, not a command line
+        raise ConfigError(
+            "engine llamacpp",
+            "engine.extra_args",
+            "applies only with server_bin (a llama-server binary); the xllamacpp wheel takes "
+            "no command-line arguments, so they would be dropped",
+        )
+    argv += [f"--extra={arg}" for arg in extra]
     if server_bin:
         argv += ["--server-bin", str(server_bin)]
     return LaunchSpec(

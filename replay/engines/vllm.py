@@ -158,6 +158,15 @@ def server_argv(
             argv += [flag, flag_value(options[key])]
     kv_bytes = device_kv_bytes(options)
     if kv_bytes is not None:
+        if options.get("gpu_memory_utilization") is not None:
+            # CacheConfig.kv_cache_memory_bytes (vllm/config/cache.py:374 at 0.33.0): "when
+            # not-None ignores gpu_memory_utilization", so sweeping it would vary nothing
+            raise ConfigError(
+                f"engine {engine}",
+                "engine.gpu_memory_utilization",
+                "vLLM ignores it when the device KV size is given (device_kv_gib or "
+                "kv_cache_memory_bytes); set one of the two",
+            )
         argv += ["--kv-cache-memory-bytes", str(kv_bytes)]
     if options.get("enforce_eager"):
         argv.append("--enforce-eager")

@@ -53,8 +53,7 @@ NUMERIC_FLAGS = {
 FULL_OPTIONS = {
     "model": "m",
     "tp": 2,
-    "device_kv_gib": 1,
-    "gpu_memory_utilization": 0.9,
+    "device_kv_gib": 1,  # gpu_memory_utilization is refused beside it (its literal is checked)
     "host_tier_gib": 4,
     "max_model_len": 4096,
     "max_num_seqs": 8,
