@@ -110,7 +110,7 @@ def test_counters_of_a_server_gone_by_the_end_are_the_last_scrape_minus_the_star
         return script
 
     mapper = SimpleNamespace(
-        map_counters=lambda s: {"host_restore_tokens": s["restored_total"][()]}
+        map_counters=lambda s: {"host_restore_tokens": s["restored_total"][()]}, metrics_lag_s=0
     )
     with ScriptServer(answering(3)) as srv:  # start, two periodic scrapes
         rec = MetricsRecorder(f"http://127.0.0.1:{srv.port}/metrics", mapper.map_counters, None)
@@ -128,3 +128,36 @@ def test_counters_of_a_server_gone_by_the_end_are_the_last_scrape_minus_the_star
         info = {}
         assert delta_counters_fn(rec, mapper, start, info)()["host_restore_tokens"] is None
         assert "end_scrape_error" in info and "counters_until_s" not in info
+
+
+def test_the_end_scrape_waits_for_an_engine_that_counts_late():
+    """LMCache adds its counts to /metrics every 10 s: the end scrape taken as the replay ended
+    missed the last interval's restores. An adapter's `metrics_lag_s` is waited first."""
+    import time
+    from types import SimpleNamespace
+
+    from replay.metrics.scrape import MetricsRecorder, delta_counters_fn
+
+    t0 = time.monotonic()
+
+    async def script(ex) -> bool:  # the work's count appears 1 s after it was done
+        body = b"# TYPE restored_total counter\nrestored_total %d\n" % (
+            700 if time.monotonic() - t0 > 1.0 else 0
+        )
+        ex.writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n" % len(body) + body)
+        return True
+
+    got = {}
+    for lag in (0.0, 1.5):
+        mapper = SimpleNamespace(
+            map_counters=lambda s: {"host_restore_tokens": s["restored_total"][()]},
+            metrics_lag_s=lag,
+        )
+        with ScriptServer(script) as srv:
+            t0 = time.monotonic()
+            rec = MetricsRecorder(f"http://127.0.0.1:{srv.port}/metrics", mapper.map_counters, None)
+            start = mapper.map_counters(rec.scrape_now())
+            info: dict = {}
+            got[lag] = delta_counters_fn(rec, mapper, start, info)()["host_restore_tokens"]
+            rec.stop()
+    assert got == {0.0: 0, 1.5: 700}

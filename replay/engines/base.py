@@ -86,6 +86,9 @@ class EngineAdapter:
     - `option_names`: the engine options this adapter understands (None: any); the sweep rejects
       others with an error naming the field.
     - `in_process`: runs inside the replay process (the simulator): no server, no scraping.
+    - `metrics_lag_s`: how long after its work the engine's /metrics may still not count it
+      (LMCache adds its counts every 10 s); the end scrape (and a sweep's start scrape, after
+      its warm-up) waits that long first.
     - `sends_task_id`: runs default to sending each request's task identity in
       `kv_transfer_params` (`RunOptions.efficientagent_task_id`), for a KV connector that reads it.
 
@@ -114,6 +117,7 @@ class EngineAdapter:
     forcing: bool = False
     min_max_tokens: int = 0
     metrics_path: str = "/metrics"
+    metrics_lag_s: float = 0.0
     description: str = ""
     verify: Callable[[Samples, Mapping[str, Any]], list[str]] = no_verify
     version_argv: Callable[[Mapping[str, Any]], list[str] | None] | None = None

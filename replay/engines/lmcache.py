@@ -122,6 +122,9 @@ ADAPTER = EngineAdapter(
     request_extras=vllm.request_extras,
     map_counters=map_counters,
     reset_path=None,  # see the module docstring: LMCache cannot be emptied through vLLM
+    # LMCacheStatsLogger adds each interval's counts to its Prometheus counters every 10 s
+    # (v1/cache_engine.py: log_interval=10; observability.py: log_worker), plus a second
+    metrics_lag_s=11.0,
     forcing=True,
     min_max_tokens=vllm.ADAPTER.min_max_tokens,  # vLLM's OpenAI server checks the request
     sends_task_id=True,

@@ -146,9 +146,13 @@ def delta_counters_fn(
     scrape, canonical names. Never raises. A server gone by the end (killed mid-run) gives the
     last periodic scrape minus the start instead, with `end_scrape_error` and
     `counters_until_s` (when that scrape was taken) in `info` (run.json): the counters of the
-    run up to then, not none; with no scrape after the start, None counters."""
+    run up to then, not none; with no scrape after the start, None counters. The end scrape
+    waits the adapter's `metrics_lag_s` first."""
 
     def fn() -> dict:
+        if mapper.metrics_lag_s > 0:  # the engine has not counted the last work yet
+            info["metrics_lag_s"] = mapper.metrics_lag_s
+            time.sleep(mapper.metrics_lag_s)
         try:
             end = mapper.map_counters(recorder.scrape_now())
         except EngineError as e:

@@ -280,6 +280,8 @@ class RunSteps:
             run_dir / "metrics.jsonl",
             interval_s=self.exp.timeouts.scrape_interval_s,
         )
+        if mapper.metrics_lag_s > 0:  # the warm-up's counts land before the start scrape
+            time.sleep(mapper.metrics_lag_s)
         start = mapper.map_counters(st.recorder.start())
         return _end_counters(st.recorder, mapper, start, st.info)
 

@@ -207,6 +207,14 @@ def test_the_smallest_max_tokens_is_what_sampling_params_accepts(vllm_release):
     assert vllm.ADAPTER.min_max_tokens == lmcache.ADAPTER.min_max_tokens == 1
 
 
+def test_lmcache_counts_late_by_its_stats_interval_which_the_end_scrape_waits(lmcache_release):
+    engine = (lmcache_release.root / "lmcache/v1/cache_engine.py").read_text()
+    assert "log_interval=10," in engine  # LMCacheStatsLogger's, hard-coded
+    logger = (lmcache_release.root / "lmcache/observability.py").read_text()
+    assert "self.shutdown_event.wait(self.log_interval)" in logger
+    assert lmcache.ADAPTER.metrics_lag_s > 10
+
+
 def test_v2_processor_matches_the_release_interface_by_ast(vllm_release):
     interface = vllm_release.root / V2_DIR / "interface.py"
     ours = Path(vllm_forcing_v2.__file__)
