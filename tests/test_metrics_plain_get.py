@@ -161,3 +161,31 @@ def test_the_end_scrape_waits_for_an_engine_that_counts_late():
             got[lag] = delta_counters_fn(rec, mapper, start, info)()["host_restore_tokens"]
             rec.stop()
     assert got == {0.0: 0, 1.5: 700}
+
+
+def test_a_server_restart_seen_between_scrapes_keeps_what_it_had_counted():
+    """The server restarted mid-run and counted past its start value again: the end minus the
+    start was 500 where 2,300 tokens were served. The counts before the restart are added."""
+    from types import SimpleNamespace
+
+    from replay.metrics.scrape import MetricsRecorder, delta_counters_fn
+
+    series = [1000, 1800, 0, 1500]  # start, a periodic scrape, restarted, the end
+
+    async def script(ex) -> bool:
+        body = b"# TYPE p_total counter\np_total %d\n" % series[min(ex.index, len(series) - 1)]
+        ex.writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n" % len(body) + body)
+        return True
+
+    mapper = SimpleNamespace(
+        map_counters=lambda s: {"prompt_tokens": s["p_total"][()]}, metrics_lag_s=0
+    )
+    with ScriptServer(script) as srv:
+        rec = MetricsRecorder(f"http://127.0.0.1:{srv.port}/metrics", mapper.map_counters, None)
+        start = mapper.map_counters(rec.scrape_now())
+        rec.scrape_now()
+        rec.scrape_now()
+        info: dict = {}
+        counters = delta_counters_fn(rec, mapper, start, info)()
+        rec.stop()
+    assert counters["prompt_tokens"] == 800 + 1500 and info["counter_resets"] == 1

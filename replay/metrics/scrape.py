@@ -52,6 +52,11 @@ class MetricsRecorder:
     `first` and `last` hold the parsed samples of the first and latest successful scrapes;
     `errors` counts failed scrapes (a dying server shows up here, and in the gap in the series).
     Use `scrape_now()` for the exact start/end scrapes around a replay.
+
+    A canonical counter that falls between two scrapes was reset (the server restarted): what
+    it had counted is kept in `lost` (per counter) and `resets` counts the falls, so the run's
+    counters add the counts before each restart to the end scrape, as Prometheus' increase()
+    does. A restart that a scrape does not catch below its previous value goes unseen.
     """
 
     def __init__(
@@ -79,6 +84,9 @@ class MetricsRecorder:
         self._client = PlainGetter(url, timeout_s)
         self._t0 = time.monotonic()
         self._out: IO[bytes] | None = None
+        self._prev: dict = {}
+        self.lost: dict[str, float] = {}
+        self.resets = 0
 
     def scrape_now(self) -> Samples:
         """One scrape, recorded in the series; raises EngineError when it fails."""
@@ -88,14 +96,24 @@ class MetricsRecorder:
                 self.first = samples
             self.last = samples
             self.last_t_s = time.monotonic() - self._t0
+            counters = self.map_counters(samples)
+            self._note_resets(counters)
             if self._out is not None:
-                line = {
-                    "t_s": round(self.last_t_s, 3),
-                    "counters": self.map_counters(samples),
-                }
+                line = {"t_s": round(self.last_t_s, 3), "counters": counters}
                 self._out.write(orjson.dumps(line) + b"\n")
                 self._out.flush()
             return samples
+
+    def _note_resets(self, counters: dict) -> None:
+        fell = False
+        for name, value in counters.items():
+            before = self._prev.get(name)
+            numbers = isinstance(value, int | float) and isinstance(before, int | float)
+            if numbers and value < before:
+                self.lost[name] = self.lost.get(name, 0) + before
+                fell = True
+        self.resets += fell
+        self._prev = counters
 
     def _loop(self) -> None:
         while not self._stop.wait(self.interval_s):
@@ -155,15 +173,26 @@ def delta_counters_fn(
             time.sleep(mapper.metrics_lag_s)
         try:
             end = mapper.map_counters(recorder.scrape_now())
+            end = _plus_lost(end, recorder)
         except EngineError as e:
             info["end_scrape_error"] = str(e)
             last = recorder.last
             if last is not None and last is not recorder.first:
-                end = mapper.map_counters(last)
+                end = _plus_lost(mapper.map_counters(last), recorder)
                 info["counters_until_s"] = round(recorder.last_t_s or 0.0, 3)
             else:
                 end = dict.fromkeys(start)
+        if recorder.resets:
+            info["counter_resets"] = recorder.resets
         names = [*CANONICAL_COUNTERS, *(k for k in start if k not in CANONICAL_COUNTERS)]
         return counter_deltas(start, end, names)
 
     return fn
+
+
+def _plus_lost(end: dict, recorder: MetricsRecorder) -> dict:
+    """`end` with what each counter had counted before the restarts the recorder saw."""
+    return {
+        k: v + recorder.lost[k] if v is not None and k in recorder.lost else v
+        for k, v in end.items()
+    }
