@@ -142,6 +142,20 @@ def test_scaled_trace_round_trips_through_the_file_format(tmp_path):
     assert again.header.meta["scaled"]["tokens_divisor"] == 16
 
 
+def test_scaling_a_scaled_block_trace_keeps_the_block_size_it_came_from():
+    calls = [Call(task="t", index=0, gap_s=0.0, keep=0, append=np.arange(4), prompt_len=64,
+                  output_len=2)]  # fmt: skip
+    trace = Trace(TraceHeader(tokens="blocks", vocab_size=64, block_size=16), calls)
+    once = scale_trace(trace, 2)
+    twice = scale_trace(once, 2)
+    assert once.header.meta["scaled"]["from_block_size"] == 16
+    assert twice.header.meta["scaled"] == {
+        "tokens_divisor": 4,
+        "time_factor": 1.0,
+        "from_block_size": 16,
+    }
+
+
 def test_sibling_blocks_never_share_a_token_even_in_a_tiny_vocabulary():
     # 4 one-token-block prompts that differ in their first block, vocabulary of 4: only
     # collision-free assignment keeps them apart; a fifth distinct sibling cannot be placed.

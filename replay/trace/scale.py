@@ -189,6 +189,8 @@ def scale_trace(trace: Trace, divisor: int, time_factor: float = 1.0) -> Trace:
     }
     if h.tokens == "blocks":
         meta["scaled"]["from_block_size"] = h.block_size
+    elif "from_block_size" in before:  # scaling a scaled trace keeps where it came from
+        meta["scaled"]["from_block_size"] = before["from_block_size"]
     header = TraceHeader(
         tokens="ids", vocab_size=h.vocab_size, model=h.model, source=h.source, meta=meta
     )
