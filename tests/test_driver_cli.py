@@ -119,6 +119,28 @@ def test_no_server_at_the_url_is_refused_before_anything_is_written(tmp_path):
     assert "model id" not in cp.stderr and not (tmp_path / "o").exists()
 
 
+@pytest.mark.parametrize(
+    ("url", "words"),
+    [
+        ("https://{hostport}", "no server at https://{hostport} ("),  # TLS to a plain port
+        ("http://{hostport}/foo", "no /v1/models at http://{hostport}/foo (HTTP 404)"),
+    ],
+)
+def test_a_url_no_call_could_reach_is_refused_before_anything_is_written(
+    tmp_path, sim_server, url, words
+):
+    """Every call failed, the run waited out every gap of the trace and exited 0 with a warning
+    about model ids: the start-up GET refused only a refused connection."""
+    trace = tmp_path / "t.jsonl"
+    write_trace(make_trace({"a": [{}, {}]}), trace)
+    hostport = sim_server.removeprefix("http://")
+    cp = _replay("run", "--trace", str(trace), "--pool", "1", "--out", str(tmp_path / "o"),
+                 "--url", url.format(hostport=hostport))  # fmt: skip
+    assert cp.returncode == 2, cp.stderr
+    assert cp.stderr.startswith("replay: run: --url: " + words.format(hostport=hostport))
+    assert len(cp.stderr.strip().splitlines()) == 1 and not (tmp_path / "o").exists()
+
+
 @pytest.mark.parametrize("every", [1, 2])
 def test_a_server_that_stops_answering_fails_the_run_in_bounded_time(tmp_path, every):
     """Every call hangs (every=1): the run fails once nothing has been answered for the request

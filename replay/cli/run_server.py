@@ -103,19 +103,36 @@ def model_to_send(url: str, served_model: str | None, strict: bool) -> tuple[str
 
     root = HttpOptions(url).root
     answered: str | None = None
+    status = None
+    silent = False
     try:  # one GET: whether anything listens, and the model it serves
-        answered = first_model_id(*get_once(root + "/v1/models", 5.0))
+        status, body = get_once(root + "/v1/models", 5.0)
+        answered = first_model_id(status, body)
     except GetError as e:
+        # a name that does not resolve, TLS to a plain-HTTP port, a reset: no server to replay
+        # against, and every call would fail while the run still waited out every gap
         if e.refused:
             raise ConfigError(
                 "run", "--url", f"nothing listens at {root} ({e}): start the server, or fix the URL"
             ) from None
+        if not e.timed_out:
+            raise ConfigError("run", "--url", f"no server at {root} ({e}): fix the URL") from None
+        silent = True
+    if status == 404 and served_model is None:  # a wrong path: every completion 404s too
+        raise ConfigError(
+            "run",
+            "--url",
+            f"no /v1/models at {root} (HTTP 404): fix the URL's path, or give --served-model "
+            "NAME for a server without a models list",
+        )
 
     model = served_model or answered
     if model is not None:
         return model, []
     # Servers that serve one model accept requests without `model`; others refuse every call.
-    why = f"GET {HttpOptions(url).root}/v1/models gave no model id"
+    why = f"GET {root}/v1/models gave no model id"
+    if silent:
+        why = f"GET {root}/v1/models did not answer within 5 s, so no model id"
     if strict:
         raise ConfigError("run", "--served-model", f"{why}; give --served-model NAME")
     return None, [f"{why}: requests carry no `model` field (give --served-model NAME)"]

@@ -81,3 +81,35 @@ def test_bad_forced_ids_are_refused_with_400_naming_the_field(clean_cache, bad, 
     assert r.status == 400
     message = r.body["error"]["message"]
     assert "forced_token_ids" in message and why in message
+
+
+def test_max_tokens_0_is_refused_so_a_prefill_only_call_asks_for_one(clean_cache, tmp_path):
+    """The fact the adapter's `min_max_tokens = 1` rests on, from the real server; and a trace
+    whose call recorded no output (the WEKA set has two) replays cleanly, asking for 1."""
+    import subprocess
+    import sys
+
+    import orjson
+    import pandas as pd
+
+    from replay.trace.io import write_trace
+    from tests.real.conftest import REPO
+    from tests.servers import make_trace
+
+    url = clean_cache.base_url
+    r = complete(url, [5, 6, 7], 0)
+    assert r.status == 400 and "max_tokens must be at least 1" in r.body["error"]["message"]
+    trace = tmp_path / "t.jsonl"
+    write_trace(make_trace({"a": [{"new": 40, "out": 3}, {"new": 20, "out": 0}, {}]}), trace)
+    out = tmp_path / "o"
+    proc = subprocess.run(
+        [sys.executable, "-m", "replay.cli.main", "run", "--trace", str(trace), "--out", str(out),
+         "--url", url, "--engine-kind", "vllm", "--gap-scale", "0", "--strict", "--json"],
+        cwd=REPO, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    summary = orjson.loads(proc.stdout.strip().splitlines()[-1])
+    assert summary["status"] == "ok" and summary["errors"] == 0
+    rows = pd.read_parquet(out / "calls.parquet").sort_values("call")
+    assert rows["max_tokens"].tolist() == [3, 1, 4]
+    assert rows["completion_tokens"].tolist() == [3, 1, 4]
