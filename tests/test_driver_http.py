@@ -4,6 +4,7 @@ server gone, and the run directory written by `run_replay`."""
 from __future__ import annotations
 
 import asyncio
+import json
 
 import numpy as np
 import orjson
@@ -137,6 +138,26 @@ def test_cached_tokens_per_source_from_either_place(usage_extra, meta):
     acc = SseAccumulator()
     acc.feed_bytes(b"data: " + orjson.dumps(event) + b"\n\ndata: [DONE]\n\n", 0.0)
     assert acc.result(0.0, streamed=True).cached_by_source == {"device": 5, "host": 2}
+
+
+@pytest.mark.parametrize(
+    "usage",
+    [
+        {"prompt_tokens": 10**30, "completion_tokens": 1},  # lost every row of the run (int64)
+        {"prompt_tokens": -5, "completion_tokens": 1},
+        {"prompt_tokens": 9, "completion_tokens": 1.5},
+        {"prompt_tokens": 9, "completion_tokens": 1, "prompt_tokens_details": {"device": -1}},
+        {"prompt_tokens": 9, "completion_tokens": 1, "prompt_tokens_details": {"host": 2e19}},
+    ],
+)
+def test_a_usage_count_no_server_could_mean_is_malformed(usage):
+    acc = SseAccumulator()
+    event = {"choices": [{"text": "x"}], "usage": usage}
+    body = json.dumps(event).encode()  # orjson cannot write 10**30; a server can
+    acc.feed_bytes(b"data: " + body + b"\n\ndata: [DONE]\n\n", 0.0)
+    with pytest.raises(RequestFailed, match="usage count out of range") as e:
+        acc.result(0.0, streamed=True)
+    assert e.value.kind == "malformed"
 
 
 def test_stream_without_usage_or_done_is_malformed():

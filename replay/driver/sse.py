@@ -174,10 +174,20 @@ def _counts(d: Any) -> dict[str, int]:
     if not isinstance(d, dict):
         return {}
     return {
-        k: int(v)
+        k: _count(v)
         for k, v in d.items()
         if k != "cached_tokens" and isinstance(v, int | float) and not isinstance(v, bool)
     }
+
+
+_MAX_COUNT = 1 << 63  # a row's counts are int64: one past it lost every row of the run
+
+
+def _count(v: int | float) -> int:
+    """A token count as the server sent it: a whole number in 0 .. 2^63 - 1, else malformed."""
+    if not 0 <= v < _MAX_COUNT or v != int(v):  # also nan (no comparison holds) and inf
+        raise RequestFailed(ErrorKind.MALFORMED, f"usage count out of range: {v!r}")
+    return int(v)
 
 
 def parse_json(data: bytes) -> Any:
@@ -192,4 +202,4 @@ def _int_or_none(v: Any) -> int | None:
         return None
     if isinstance(v, bool) or not isinstance(v, int | float):
         raise RequestFailed(ErrorKind.MALFORMED, f"usage count is not a number: {v!r}")
-    return int(v)
+    return _count(v)
