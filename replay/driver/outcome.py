@@ -109,10 +109,14 @@ def call_row(
     error: RequestFailed | None,
     *,
     strict: bool,
+    t_first_send: float | None = None,
 ) -> tuple[dict[str, Any], str | None]:
     """The results row of one call (times on the loop clock, made relative to `t0`), and under
     `strict` the reason the run must stop: the server's token counts differ from what was sent and
-    asked for, or it sent none (then nothing says it saw the prompt that was sent)."""
+    asked for, or it sent none (then nothing says it saw the prompt that was sent).
+
+    `t_send` is the attempt that got through; `t_first_send`, the first, when connections were
+    refused before it: drift is the client's lateness, not the wait for a restarted server."""
     sent = len(req.prompt)
     t_first = reported = completion = cached = device = host = exact = None
     stream: dict[str, Any] = {}
@@ -152,7 +156,7 @@ def call_row(
         t_send=t_send - t0,
         t_first_token=t_first,
         t_end=t_end - t0,
-        drift_s=t_send - t_ready,
+        drift_s=(t_send if t_first_send is None else t_first_send) - t_ready,
         prompt_tokens=sent,
         prompt_tokens_reported=reported,
         max_tokens=req.max_tokens,

@@ -344,14 +344,14 @@ class _Pool:
         if not self.stats.inflight:
             self._busy_since = self.loop.time()
         self.stats.inflight += 1
-        t_send = self.loop.time() if fired_at is None else fired_at
+        t_send = t_first = self.loop.time() if fired_at is None else fired_at
         result: CompletionResult | None = None
         error: RequestFailed | None = None
         try:
             result, t_send, error = await self._complete_retrying(req, t_send)
         except asyncio.CancelledError:
             error = RequestFailed(ErrorKind.CANCELLED, "run stopped while the call was in flight")
-            self._record(req, slot, t_ready, t_send, None, error)
+            self._record(req, slot, t_ready, t_send, None, error, t_first)
             raise
         finally:
             self.stats.inflight -= 1
@@ -359,7 +359,7 @@ class _Pool:
                 self._silent_busy_s += self.loop.time() - self._busy_since
                 self._busy_since = None
             self._sending.discard(me)  # type: ignore[arg-type]
-        return self._record(req, slot, t_ready, t_send, result, error)
+        return self._record(req, slot, t_ready, t_send, result, error, t_first)
 
     async def _complete_retrying(
         self, req: CompletionRequest, t_send: float
@@ -429,11 +429,13 @@ class _Pool:
         t_send: float,
         res: CompletionResult | None,
         error: RequestFailed | None,
+        t_first_send: float | None = None,
     ) -> dict[str, Any]:
         t_end = res.t_end if res is not None else self.loop.time()
         row, stop_reason = call_row(
-            req, slot, self.t0, t_ready, t_send, t_end, res, error, strict=self.opt.strict
-        )
+            req, slot, self.t0, t_ready, t_send, t_end, res, error, strict=self.opt.strict,
+            t_first_send=t_first_send,
+        )  # fmt: skip
         if stop_reason is not None:
             self.stop(RunStatus.FAILED, stop_reason)
         if row["status"] != _OK:
