@@ -4,7 +4,10 @@ server gone, and the run directory written by `run_replay`."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import socket
+import threading
 
 import numpy as np
 import orjson
@@ -239,6 +242,82 @@ def test_every_transport_words_each_fault_the_same(fault):
     assert len(set(words.values())) == 1, words
     if fault == "refused":
         assert words[TRANSPORT_NAMES[0]][1] == "ConnectionRefused"  # the pool's retry signal
+
+
+def _scripted(answer: bytes):
+    async def script(ex) -> bool:
+        ex.writer.write(answer)
+        await ex.writer.drain()
+        return False  # then close
+
+    return script
+
+
+@pytest.mark.parametrize(
+    ("answer", "kind", "words"),
+    [
+        (b"SPAM SPAM SPAM\r\n\r\n", "malformed", "malformed: bad HTTP response"),
+        (
+            b"HTTP/1.1 302 Found\r\nlocation: /elsewhere\r\ncontent-length: 0\r\n\r\n",
+            "http_4xx",
+            "http_4xx: HTTP 302: a redirect, which replay does not follow: give --url the "
+            "server's own address",
+        ),
+        (
+            b"HTTP/1.1 307 Temporary Redirect\r\nlocation: /x\r\ncontent-length: 0\r\n\r\n",
+            "http_4xx",
+            "http_4xx: HTTP 307: a redirect, which replay does not follow: give --url the "
+            "server's own address",
+        ),
+        (None, "connection", "connection: TLS handshake with URL failed"),  # https to plain
+    ],
+)
+def test_every_transport_names_a_bad_answer_redirect_and_tls_failure_alike(answer, kind, words):
+    """httpx called a reply that is not HTTP a lost connection, aiohttp followed a 302 as a GET
+    elsewhere (a 404) and failed on a 307, and both called a failed TLS handshake a failure to
+    connect: the same fault read differently by transport."""
+    got = {}
+    for name in TRANSPORT_NAMES:
+        if answer is None:  # plain HTTP bytes where the client expects a TLS handshake
+            with _plain_http_port() as port:
+                url = f"https://127.0.0.1:{port}"
+                with pytest.raises(RequestFailed) as e:
+                    _complete(name, url, _req(), request_timeout_s=5)
+        else:
+            with ScriptServer(_scripted(answer)) as srv:
+                url = srv.url
+                with pytest.raises(RequestFailed) as e:
+                    _complete(name, url, _req(), request_timeout_s=5)
+        got[name] = (e.value.kind, _words(e.value, url))
+    assert set(got.values()) == {(kind, words)}, got
+
+
+@contextlib.contextmanager
+def _plain_http_port():
+    """A port that answers every connection with a plain HTTP 400 at once, then closes."""
+    srv = socket.create_server(("127.0.0.1", 0))
+    srv.settimeout(0.05)  # accept() is not woken by close() from another thread
+    done = threading.Event()
+
+    def serve() -> None:
+        while not done.is_set():
+            try:
+                conn, _ = srv.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            with conn:
+                conn.sendall(b"HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\n\r\n")
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield srv.getsockname()[1]
+    finally:
+        done.set()
+        thread.join(5)
+        srv.close()
 
 
 def test_error_map_rejects_an_unknown_class_and_leaves_unknown_exceptions_alone():

@@ -25,6 +25,7 @@ __all__ = ["AiohttpTransport"]
 _ERRORS = ErrorMap(
     (
         (aiohttp.ConnectionTimeoutError, "connect_timeout"),
+        (aiohttp.ClientSSLError, "tls"),  # a ClientConnectorError too: before it
         (aiohttp.ClientConnectorError, "connect"),
         ((TimeoutError, aiohttp.ServerTimeoutError), "timeout"),
         (aiohttp.ClientPayloadError, "cut"),
@@ -94,9 +95,11 @@ class AiohttpTransport(LibraryTransport):
         loop = asyncio.get_running_loop()
         acc = ex.acc
         chunks = ex.upload.chunks()
-        async with self._session.post(self._url, data=chunks, headers=ex.headers) as resp:
+        # no redirects: aiohttp followed a 302 as a GET elsewhere, as no other transport does
+        post = self._session.post(self._url, data=chunks, headers=ex.headers, allow_redirects=False)
+        async with post as resp:
             ex.answered = True
-            if resp.status >= 400:
+            if not 200 <= resp.status < 300:
                 raise http_status_error(resp.status, await resp.read())
             streamed = resp.content_type == "text/event-stream"
             if streamed:

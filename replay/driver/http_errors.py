@@ -5,6 +5,7 @@ project's kinds and words, and the rule for sending a request once more on a sta
 from __future__ import annotations
 
 import errno
+import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -27,7 +28,16 @@ __all__ = [
 
 
 def http_status_error(status: int, body: bytes) -> RequestFailed:
-    """HTTP error status -> `http_4xx`/`http_5xx` with the server's message (shortened)."""
+    """A status outside 2xx -> `http_4xx`/`http_5xx` with the server's message (shortened). A
+    redirect is the request's fault (`http_4xx`): no transport follows one, since the URL given
+    is where the replay measures."""
+    if 300 <= status < 400:
+        return RequestFailed(
+            ErrorKind.HTTP_4XX,
+            f"HTTP {status}: a redirect, which replay does not follow: give --url the server's "
+            "own address",
+            status=status,
+        )
     kind = ErrorKind.of_http_status(status)
     text = body[:300].decode("utf-8", "replace").strip()
     return RequestFailed(
@@ -61,13 +71,17 @@ class StaleConnection(Exception):
     server cannot have acted on a request it never read to the end, so it may be sent again."""
 
 
-class ErrorMap:
-    """A transport's exception table: `(exception types, what happened)` pairs, first match wins."""
+_Types = type[BaseException] | tuple[type[BaseException], ...]
+_What = str | Callable[[BaseException], str]
 
-    def __init__(
-        self, table: tuple[tuple[type[BaseException] | tuple[type[BaseException], ...], str], ...]
-    ) -> None:
-        bad = [what for _, what in table if what not in _WHAT]
+
+class ErrorMap:
+    """A transport's exception table: `(exception types, what happened)` pairs, first match wins;
+    what happened is a name, or a function of the exception where one type covers two cases.
+    A `connect` failure whose cause is an `ssl.SSLError` is `tls`, in every transport."""
+
+    def __init__(self, table: tuple[tuple[_Types, _What], ...]) -> None:
+        bad = [what for _, what in table if isinstance(what, str) and what not in _WHAT]
         if bad:
             raise ValueError(f"unknown error classes {bad}; valid: {_WHAT}")
         self.table = table
@@ -91,6 +105,10 @@ class ErrorMap:
         what = next((w for types, w in self.table if isinstance(exc, types)), None)
         if what is None:
             return None
+        if not isinstance(what, str):
+            what = what(exc)
+        if what == "connect" and _caused_by(exc, ssl.SSLError):
+            what = "tls"
         detail = repr(exc)
         url = options.root
         if what == "connect":
@@ -115,6 +133,18 @@ class ErrorMap:
                 ErrorKind.CONNECTION, f"TLS handshake with {url} failed ({detail})"
             )
         return RequestFailed(ErrorKind.CONNECTION, f"client error ({detail})")
+
+
+def _caused_by(exc: BaseException, kind: type[BaseException]) -> bool:
+    """Whether `exc` or an exception it was raised from (or during) is a `kind`."""
+    seen = 0
+    cur: BaseException | None = exc
+    while cur is not None and seen < 16:
+        if isinstance(cur, kind):
+            return True
+        cur = cur.__cause__ or cur.__context__
+        seen += 1
+    return False
 
 
 def timed_out(request_timeout_s: float) -> RequestFailed:

@@ -28,11 +28,21 @@ _ERRORS = ErrorMap(
         (httpx.ConnectTimeout, "connect_timeout"),
         (httpx.ConnectError, "connect"),
         ((TimeoutError, httpx.TimeoutException), "timeout"),
-        ((httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError), "lost"),
+        # h11's parse errors ("illegal status line", ...) come as RemoteProtocolError too
+        (httpx.RemoteProtocolError, lambda e: "lost" if _closed(e) else "malformed"),
+        ((httpx.ReadError, httpx.WriteError), "lost"),
         (httpx.DecodingError, "malformed"),
         (httpx.HTTPError, "other"),
     )
 )
+
+
+def _closed(exc: BaseException) -> bool:
+    """Whether httpcore's RemoteProtocolError says the peer closed the connection ("Server
+    disconnected without sending a response", "peer closed connection without sending complete
+    message body"), not that its bytes broke HTTP."""
+    text = str(exc).lower()
+    return "disconnected" in text or "closed" in text
 
 
 class HttpxTransport(LibraryTransport):
@@ -93,7 +103,7 @@ class HttpxTransport(LibraryTransport):
                 "POST", self._url, content=content, headers=ex.headers
             ) as resp:
                 ex.answered = True
-                if resp.status_code >= 400:
+                if not 200 <= resp.status_code < 300:
                     raise http_status_error(resp.status_code, await resp.aread())
                 ctype = resp.headers.get("content-type", "")
                 streamed = ctype.lower().startswith("text/event-stream")  # case-blind (RFC 9110)

@@ -152,7 +152,7 @@ class RawConnection(asyncio.Protocol):
         self._headers_done = True
         self._status = self._parser.get_status_code()  # type: ignore[union-attr]
         self._keep_alive = self._parser.should_keep_alive()  # type: ignore[union-attr]
-        if self._status >= 400 or self._acc is None:
+        if not 200 <= self._status < 300 or self._acc is None:
             self._streamed = False
 
     def on_body(self, body: bytes) -> None:
@@ -180,7 +180,7 @@ class RawConnection(asyncio.Protocol):
     def _finish(self):
         now = self.pool.loop.time()
         body = b"".join(self._body)
-        if self._status >= 400:
+        if not 200 <= self._status < 300:
             raise http_status_error(self._status, body)
         acc = self._acc
         if acc is None:
