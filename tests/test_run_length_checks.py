@@ -72,6 +72,9 @@ def test_missing_usage_warns_and_strict_fails(trace_file, tmp_path, capsys):
         rows = read_jsonl(tmp_path / "strict/calls.jsonl")
         assert rows[0]["error_kind"] == "length_mismatch"
         assert "no usage in the response" in rows[0]["error"]
+        # the calls the strict run failed for having no usage are counted as such (were 0)
+        unchecked = [r for r in rows if r["error_kind"] == "length_mismatch"]
+        assert doc["summary"]["usage_missing"] == len(unchecked) >= 1
 
 
 def test_failing_models_endpoint_warns_and_strict_refuses_to_start(trace_file, tmp_path, capsys):

@@ -340,11 +340,15 @@ def summarize(
                 if r.get("completion_tokens") is not None
                 and r["completion_tokens"] != r["max_tokens"]
             ),
-            # ok calls whose server sent no usage: their lengths are unchecked, not matched
+            # answered calls whose server sent no usage: their lengths are unchecked, not
+            # matched (under --strict such a call is a length_mismatch error, and still one)
             "usage_missing": sum(
                 1
-                for r in ok
-                if r.get("prompt_tokens_reported") is None or r.get("completion_tokens") is None
+                for r in rows
+                if (
+                    r["status"] == CallStatus.OK or r.get("error_kind") == ErrorKind.LENGTH_MISMATCH
+                )
+                and (r.get("prompt_tokens_reported") is None or r.get("completion_tokens") is None)
             ),
             "exact_match_rate": float(np.mean(exact)) if exact else None,
             "drift_p50_s": percentile(drift, 50),
