@@ -102,3 +102,14 @@ def test_a_server_that_matches_gets_no_warning(trace_file, tmp_path, capsys):
     doc = _run_json(tmp_path / "ok")
     assert code == 0 and _warnings(doc) == [] and doc["summary"]["usage_missing"] == 0
     assert "mismatch" not in err and "usage" not in err
+
+
+def test_more_cached_tokens_than_the_prompt_warns(trace_file, tmp_path, capsys):
+    """A hit rate above 100% was accepted without a word."""
+    with FaultServer(cached_tokens=10_000) as srv:
+        code, err = _run(trace_file, tmp_path / "over", srv, capsys)
+    doc = _run_json(tmp_path / "over")
+    assert code == 0 and doc["status"] == "ok"
+    (w,) = _warnings(doc)
+    assert w.startswith("5 of 5 calls: the server reported more cached tokens than the prompt")
+    assert "cached 10000" in w and w in err

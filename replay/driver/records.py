@@ -390,4 +390,16 @@ def length_warnings(rows: Sequence[Mapping[str, Any]], summary: Mapping[str, Any
             f"{summary['usage_missing']} of {n} calls: the server sent no usage, so their "
             "prompt and output lengths are unchecked; --strict fails the run on this"
         )
+    over = [
+        r
+        for r in rows
+        if r.get("cached_tokens") is not None and r["cached_tokens"] > r["prompt_tokens"]
+    ]
+    if over:  # a hit rate above 100%: the cache counts of the run are not to be trusted
+        r = over[0]
+        out.append(
+            f"{len(over)} of {n} calls: the server reported more cached tokens than the prompt "
+            f"has (first: {r['task']} call {r['call']}: prompt {r['prompt_tokens']}, cached "
+            f"{r['cached_tokens']}), so the run's hit counts are wrong"
+        )
     return out
