@@ -193,3 +193,36 @@ def test_with_nothing_run_only_the_presets_are_judged_and_the_score_counts_outco
 def test_one_markdown_table_helper_keeps_cells_in_their_column():
     lines = md_table(["a", "b|c"], [["x|y", "two\nlines"], [1, None]])
     assert lines == ["| a | b\\|c |", "|---|---|", "| x\\|y | two lines |", "| 1 | None |", ""]
+
+
+def test_the_no_tier_baseline_counts_each_repeat_once():
+    """paper-h20's 0 GiB points of the three admissions are the same runs (nothing to admit
+    to): the makespan ratio took all of them as its baseline, n = 6 from 2 values, and printed
+    an interval about 4.6x too narrow. The baseline is the same admission's."""
+    from pathlib import Path
+
+    import numpy as np
+    import pandas as pd
+
+    from replay.analysis.compare import welch_compare
+    from replay.analysis.load import Results
+    from replay.studies.efficientagent.measures import Inputs, makespan_ratio, prefill_change_20
+    from replay.studies.efficientagent.runs import PaperRun
+
+    rows = []
+    for adm in ("all", "fixed", "conditioned"):
+        for tier, spans in ((0, (124.95, 126.0)), (5, (118.1, 119.7)), (20, (110.2, 111.9))):
+            for rep, span in enumerate(spans):
+                rows.append({
+                    "point": f"host_tier_gib={tier},admission={adm}", "repeat": f"r{rep}",
+                    "host_tier_gib": tier, "admission": adm, "status": "ok",
+                    "makespan_s": span, "computed_prefill_tokens": span * 1e6,
+                })  # fmt: skip
+    runs = pd.DataFrame(rows)
+    h20 = PaperRun(Results(Path("."), "paper-h20", runs, ("host_tier_gib", "admission")))
+    got = makespan_ratio(5)(Inputs({"paper-h20": h20})).values[0]
+    want = welch_compare(np.array([124.95, 126.0]), np.array([118.1, 119.7]))
+    assert (got.low, got.high) == pytest.approx((1 + want.rel_low, 1 + want.rel_high))
+    prefill = prefill_change_20(Inputs({"paper-h20": h20})).values[0]
+    want = welch_compare(np.array([124.95e6, 126.0e6]), np.array([110.2e6, 111.9e6]))
+    assert (prefill.low, prefill.high) == pytest.approx((want.rel_low, want.rel_high))
