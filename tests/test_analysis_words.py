@@ -19,6 +19,11 @@ def test_intervals_share_the_mean_unit_and_flag_single_repeats():
     assert fmt_interval(12.0, float("nan"), 1) == "12 (n=1)"
     assert fmt_interval(12.0, float("nan"), 1, show_n=False) == "12"  # a table with an n column
     assert fmt_interval(0.2, 1e-17, 3) == "0.2 ± 0"
+    # a half-width of 100 or more in the mean's unit was written 1.3e+02K
+    assert fmt_interval(290_453, 134_478, 3) == "290.5K ± 130K"
+    assert fmt_interval(125.5, 1234, 3) == "125.5 ± 1,200"
+    assert fmt_interval(1000, 99.6, 2) == "1K ± 0.10K"
+    assert fmt_interval(101.273, 8.42, 3) == "101.3 ± 8.4"
 
 
 def _row(
@@ -45,3 +50,6 @@ def test_noise_and_single_repeat_sentences():
     )
     single = comparison_sentence(_row([100.0], [50.0]), {})
     assert "single repeat" in single and "(real" not in single
+    same = comparison_sentence(_row([125.0], [125.0], metric="makespan_s"), {})
+    assert same.startswith("admission=conditioned and admission=all give the same makespan")
+    assert "raises" not in same and "single repeat" in same

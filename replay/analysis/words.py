@@ -67,10 +67,24 @@ def fmt_interval(
         return f"{text} (n={int(n) if not _missing(n) else 0})" if show_n else text
     # Float round-off of identical repeats is not noise worth printing.
     tiny = float(half_width) <= 1e-9 * max(abs(float(mean)), 1.0)
-    text += " ± 0" if tiny else f" ± {fmt_num(half_width, 2, scale)}"
+    text += " ± 0" if tiny else f" ± {_two_digits(float(half_width), scale)}"
     if not _missing(lo) and not _missing(hi) and float(lo) != float(hi):
         text += f" [{fmt_num(lo, scale=scale)}–{fmt_num(hi, scale=scale)}]"
     return text
+
+
+def _two_digits(x: float, scale: tuple[float, str]) -> str:
+    """`x` in the unit of `scale`, rounded to 2 significant digits and written out (`%.2g` wrote
+    a half-width of 134K beside a mean in K as 1.3e+02K)."""
+    factor, suffix = scale
+    v = x / factor
+    if v == 0 or not math.isfinite(v):
+        return f"{v:g}{suffix}"
+    places = 1 - math.floor(math.log10(abs(v)))  # decimals that keep 2 significant digits
+    r = round(v, places)
+    if r and math.floor(math.log10(abs(r))) > math.floor(math.log10(abs(v))):
+        places -= 1  # 0.0996 rounds to 0.10, not 0.100
+    return f"{round(v, places):,.{max(places, 0)}f}{suffix}"
 
 
 def fmt_point(values: Mapping[str, Any]) -> str:
@@ -104,6 +118,8 @@ def comparison_sentence(row: Mapping[str, Any], others: Mapping[str, Any]) -> st
     if verdict == NO_DATA or _missing(rel):
         return f"{level} vs {base}{where}: {metric} cannot be compared ({NO_DATA if verdict == NO_DATA else 'baseline is 0'}, {n})."
     verb = "lowers" if rel < 0 else "raises"
+    if verdict == SINGLE_REPEAT and rel == 0:
+        return f"{level} and {base} give the same {metric}{where}, from a single repeat: no noise estimate ({n})."
     if verdict == SINGLE_REPEAT:
         return f"{level} {verb} {metric} by {_pct(rel)} vs {base}{where}, from a single repeat: no noise estimate, not called real ({n})."
     spread = "" if _missing(lo) or lo == hi else f" ± {_pct((hi - lo) / 2)}"
