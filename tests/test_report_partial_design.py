@@ -63,6 +63,39 @@ def test_a_failed_baseline_leaves_its_points_uncompared_and_says_so(tmp_path):
         assert "at pool=8." in text
 
 
+def test_a_baseline_that_finished_nowhere_is_named_not_dropped(tmp_path):
+    """Every tier-0 run failed: the host_tier_gib block vanished from "What is real" (and with
+    one factor the section said there was nothing to compare), and the makespan / baseline
+    column left the table instead of saying `-`."""
+    from replay.report.measured import measured_tables
+
+    a = analyse(load_results(_sweep(tmp_path / "d", failed={(0, 4), (0, 8)})))
+    text = "\n".join(what_is_real(a))
+    assert "**host_tier_gib** (baseline host_tier_gib=0)" in text
+    assert "Not compared, since no host_tier_gib=0 run finished there" in text
+    assert "No two configurations" not in text
+    table = "\n".join(measured_tables(a))
+    assert "makespan / baseline" in table
+
+
+def test_the_tally_counts_what_the_sentences_say(tmp_path):
+    """A comparison printed as "cannot be compared (baseline is 0)" was tallied as real."""
+    root = _sweep(tmp_path / "d")
+    for r in range(3):  # pool 4's tier-0 computed prefill is 0: no relative difference exists
+        path = root / "host_tier_gib=0,pool=4" / f"r{r}" / "run.json"
+        doc = json.loads(path.read_text())
+        doc["summary"]["computed_prefill_tokens"] = 0
+        path.write_text(json.dumps(doc))
+    a = analyse(load_results(root))
+    lines = what_is_real(a)
+    text = "\n".join(lines)
+    sentences = [line for line in lines if line.startswith("- ")]
+    real = sum("(real;" in line for line in sentences)
+    cannot = sum("cannot be compared" in line for line in sentences)
+    assert cannot >= 1
+    assert f"{real} real, " in text and f", {cannot} cannot be compared." in text
+
+
 def test_compare_says_which_runs_it_left_out_and_the_level_it_was_asked(tmp_path):
     root = _sweep(tmp_path / "d", failed={(8, 8)})
     (root / "host_tier_gib=0,pool=4" / "r2" / "run.json").write_text(

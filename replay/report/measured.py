@@ -84,6 +84,8 @@ def measured_tables(a: Analysis) -> list[str]:
     if a.agg.empty:
         return ["No run finished cleanly: nothing to aggregate.", ""]
     present = set(a.agg["metric"])
+    if TIER_PARAM in a.design.columns and a.design[TIER_PARAM].nunique() > 1:
+        present.add("relative_makespan")  # planned: `-` where no baseline run finished
     for title, candidates in (("Time", TIME_COLUMNS), ("Tokens", TOKEN_COLUMNS)):
         columns = [c for c in candidates if c in present]
         if not columns:

@@ -5,7 +5,15 @@ from __future__ import annotations
 import pandas as pd
 
 from replay import __version__
-from replay.analysis.compare import METHOD, REAL, SINGLE_REPEAT, WITHIN_NOISE, missing_baselines
+from replay.analysis.compare import (
+    METHOD,
+    NO_DATA,
+    REAL,
+    SINGLE_REPEAT,
+    WITHIN_NOISE,
+    default_baselines,
+    missing_baselines,
+)
 from replay.analysis.load import load_calls
 from replay.analysis.words import comparison_sentence
 from replay.report.analyse import Analysis
@@ -24,7 +32,11 @@ def _noise_free(a: Analysis) -> bool:
 
 def what_is_real(a: Analysis) -> list[str]:
     c = a.comparisons
-    if c.empty:
+    # every factor the design gives a baseline, also one whose baseline finished nowhere (it
+    # has no comparison row, only a "Not compared" line)
+    baselines = default_baselines(a.design, a.params)
+    gaps = {f: _not_compared(a, f, b) for f, b in baselines.items()}
+    if c.empty and not any(gaps.values()):
         return ["No two configurations to compare (a single point, or no finished runs).", ""]
     lines = [
         f"Each configuration against its baseline at otherwise equal settings, {METHOD} (two-sided, α = 0.05) "
@@ -40,11 +52,17 @@ def what_is_real(a: Analysis) -> list[str]:
             "",
         ]
     rank = {REAL: 0, WITHIN_NOISE: 1, SINGLE_REPEAT: 2}
-    counts = c["verdict"].value_counts()
-    lines += [
-        ", ".join(f"{counts.get(v, 0)} {v}" for v in (REAL, WITHIN_NOISE, SINGLE_REPEAT)) + ".",
-        "",
-    ]
+    # counted as the sentences read: no data, or a baseline of 0, is "cannot be compared"
+    judged = (
+        (c["verdict"] != NO_DATA) & pd.to_numeric(c["rel_diff"], errors="coerce").notna()
+        if not c.empty
+        else pd.Series(dtype=bool)
+    )
+    counts = c.loc[judged, "verdict"].value_counts() if not c.empty else pd.Series(dtype=int)
+    unjudged = int((~judged).sum())
+    tally = ", ".join(f"{counts.get(v, 0)} {v}" for v in (REAL, WITHIN_NOISE, SINGLE_REPEAT))
+    tally += f", {unjudged} cannot be compared" if unjudged else ""
+    lines += [tally + ".", ""]
     tested = int(counts.get(REAL, 0) + counts.get(WITHIN_NOISE, 0))
     # the p-values are per comparison: say what that means for many of them (identical repeats
     # test nothing: their differences are exact, and none is real by chance)
@@ -55,8 +73,11 @@ def what_is_real(a: Analysis) -> list[str]:
             "called real by chance. Weigh a small real difference that stands alone accordingly.",
             "",
         ]
-    for factor, group in c.groupby("factor", sort=False):
-        lines += [f"**{factor}** (baseline {factor}={plain(group['baseline'].iloc[0])})", ""]
+    for factor, baseline in baselines.items():
+        group = c[c["factor"] == factor] if not c.empty else c
+        if group.empty and not gaps[factor]:
+            continue
+        lines += [f"**{factor}** (baseline {factor}={plain(baseline)})", ""]
         others = [p for p in a.params if p != factor and p in group.columns]
         group = group.assign(_rank=group["verdict"].map(rank).fillna(3)).sort_values(
             ["_rank", "metric"], kind="stable"
@@ -64,7 +85,7 @@ def what_is_real(a: Analysis) -> list[str]:
         for _, row in group.iterrows():
             fields = {str(k): v for k, v in row.items()}
             lines.append("- " + comparison_sentence(fields, {k: row[k] for k in others}))
-        lines += _not_compared(a, str(factor), group["baseline"].iloc[0])
+        lines += gaps[factor]
         lines.append("")
     return lines
 
