@@ -170,6 +170,8 @@ def _simulate(results: ResultsDir, trace: Any, engine: str, sim_kw: dict, run: d
 
     kwargs = {k: v for k, v in run.items() if k != "transport"}
     kwargs.setdefault("forcing", get_engine(engine).forcing)
+    # the requests the measured run sent: a call recorded with no output asked vLLM for one
+    kwargs.setdefault("min_max_tokens", get_engine(engine).min_max_tokens)
     with tempfile.TemporaryDirectory(prefix="replay-calibrate-") as tmp:
         summary = run_replay(
             trace,
