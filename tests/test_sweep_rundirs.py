@@ -16,6 +16,7 @@ import pytest
 
 from replay.analysis.load import load_results
 from replay.cli.main import main
+from replay.errors import ConfigError
 from replay.report import build_report
 from replay.sweep.config import load_experiment
 from replay.sweep.results import exclusive_lock
@@ -296,9 +297,9 @@ def test_a_sweep_says_what_it_prepares_before_its_first_run(tmp_path, capsys):
 
 
 def test_force_with_a_changed_experiment_sets_the_old_runs_aside(tmp_path):
-    """--force with fewer points and repeats: the old runs outside the new plan are moved to
-    replaced-<time>/ (nothing deleted), so the summary and the report hold this experiment's
-    runs only. Before, they mixed 6 runs into a 2-run plan."""
+    """--force with fewer points and repeats: every earlier run is moved to replaced-<time>/
+    (nothing deleted), so the summary and the report hold this experiment's runs only. Before,
+    they mixed 6 runs into a 2-run plan."""
     from replay.analysis.load import load_results
     from replay.sweep.runner import run_sweep
 
@@ -314,9 +315,77 @@ def test_force_with_a_changed_experiment_sets_the_old_runs_aside(tmp_path):
     assert len(load_results(exp_dir).runs) == 1
     (aside,) = exp_dir.glob("replaced-*")
     moved = sorted(str(p.parent.relative_to(aside)) for p in aside.glob("*/*/run.json"))
-    assert moved == ["host_tier_gib=0/r1", "host_tier_gib=2/r0", "host_tier_gib=2/r1"]
+    assert moved == [
+        "host_tier_gib=0/r0",
+        "host_tier_gib=0/r1",
+        "host_tier_gib=2/r0",
+        "host_tier_gib=2/r1",
+    ]
     assert not (exp_dir / "host_tier_gib=2").exists()
-    assert any("moved 3 run directories" in s for s in said)
+    assert any("moved 4 earlier run directories" in s for s in said)
+
+
+def test_an_interrupted_force_resumes_with_none_of_the_old_files_runs(tmp_path):
+    """--force of a changed engine option, stopped after its first run, then a plain resume:
+    the old file's runs at the same points were skipped as finished, so the folder held runs of
+    two device sizes under one experiment file."""
+    from replay.sweep.runner import SweepRunner, run_in_order, run_sweep
+
+    results = tmp_path / "results"
+    path = tmp_path / "d.toml"
+    path.write_text(SIM_TEMPLATE)
+    run_sweep(load_experiment(path), results_root=results, echo=lambda s: None)
+    path.write_text(SIM_TEMPLATE.replace("device_kv_gib = 0.5", "device_kv_gib = 0.25"))
+
+    def first_then_stop(runner, planned, outcomes):
+        run_in_order(runner, planned[:1], outcomes)
+        return True  # interrupted
+
+    exp = load_experiment(path)
+    runner = SweepRunner(exp, results_root=results, force=True, echo=lambda s: None)
+    assert runner.run(first_then_stop).interrupted
+    run_sweep(load_experiment(path), results_root=results, echo=lambda s: None)
+    sizes = {
+        str(d.relative_to(results / "d")): orjson.loads((d / "run.json").read_bytes())[
+            "provenance"
+        ]["sim_config"]["device_kv_gib"]
+        for d in (results / "d").glob("host_tier_gib=*/r*")
+    }
+    assert len(sizes) == 4 and set(sizes.values()) == {0.25}, sizes
+
+
+def test_a_trace_file_changed_in_place_is_refused_on_resume(tmp_path):
+    """The experiment file unchanged, its trace file rewritten: a resume mixed the runs of two
+    workloads, and the report called the difference an effect of the host tier."""
+    from replay.sweep.runner import run_sweep
+    from replay.trace.io import write_trace
+    from replay.trace.synth import synth
+
+    trace = tmp_path / "t.jsonl.gz"
+    write_trace(synth("swe-agent", tasks=2, seed=1, max_calls_per_task=3, scale=0.05), trace)
+    text = SIM_TEMPLATE.replace(
+        'synth = { preset = "swe-agent", tasks = 3, seed = 1, max_calls_per_task = 4, '
+        "max_prompt_tokens = 8000 }",
+        f'path = "{trace}"',
+    ).replace("repeats = 2", "repeats = 1")
+    path = tmp_path / "d.toml"
+    path.write_text(text)
+    results = tmp_path / "results"
+    run_sweep(load_experiment(path), results_root=results, echo=lambda s: None)
+    write_trace(synth("swe-agent", tasks=3, seed=2, max_calls_per_task=3, scale=0.05), trace)
+    with pytest.raises(ConfigError, match="trace.path: the trace file changed since the runs"):
+        run_sweep(load_experiment(path), results_root=results, echo=lambda s: None)
+    # --force starts over with the new trace
+    run_sweep(load_experiment(path), results_root=results, force=True, echo=lambda s: None)
+
+
+def test_a_sweep_whose_every_call_failed_exits_1(tmp_path, capsys):
+    """Every run `errors` with all of its calls failed: it measured nothing, and exited 0."""
+    path = tmp_path / "d.toml"
+    # a device too small for any call: each is refused (http_4xx), every run ends `errors`
+    path.write_text(SIM_TEMPLATE.replace("device_kv_gib = 0.5", "device_kv_gib = 0.001"))
+    code, out, err = run_cli(["sweep", str(path), "--results", str(tmp_path / "r")], capsys)
+    assert "errors" in out and code == 1, (out, err)
 
 
 def test_a_failure_that_quotes_the_log_is_one_line_and_an_interrupt_outside_a_replay_is_said():

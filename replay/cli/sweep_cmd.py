@@ -97,8 +97,10 @@ def command(
     for o in result.failed:
         click.echo(f"failed: {o.rel_dir}: {o.reason}", err=True)
     if result.interrupted:
-        click.echo("interrupted; rerun the same command to resume", err=True)
+        # with --force the same command would start over again, not resume
+        again = "the same command without --force" if force else "the same command"
+        click.echo(f"interrupted; rerun {again} to resume", err=True)
         sys.exit(130)
     ran = [o for o in result.outcomes if o.status != "skipped"]
-    if ran and len(result.failed) == len(ran):
-        sys.exit(1)  # every run failed: more likely the setup than the points
+    if ran and all(result.measured_nothing(o) for o in ran):
+        sys.exit(1)  # every run failed, or every call of it: more likely the setup

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
+import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -75,6 +76,25 @@ def check_experiment_file(exp: Experiment, exp_dir: Path, *, force: bool) -> byt
     return text
 
 
+def check_trace_file(exp: Experiment, exp_dir: Path, sha256: str | None, *, force: bool) -> None:
+    """A resume replays the trace file the runs there replayed (plan.json's `trace_sha256`): a
+    file changed in place under the same experiment file mixed two workloads in one folder."""
+    if force or sha256 is None or not _run_dirs(exp_dir):
+        return
+    try:
+        before = json.loads((exp_dir / "plan.json").read_text()).get("trace_sha256")
+    except (OSError, ValueError, AttributeError):
+        return
+    if isinstance(before, str) and before != sha256:
+        raise ConfigError(
+            exp.source,
+            "trace.path",
+            f"the trace file changed since the runs in {exp_dir} (sha256 {sha256[:12]}..., "
+            f"they replayed {before[:12]}...); restore it, rerun with --force to start over, or "
+            "give the experiment a new name",
+        )
+
+
 def keep_experiment_file(exp_dir: Path, text: bytes) -> None:
     """Keep `text` (checked by `check_experiment_file`) as the results folder's experiment.toml;
     predictions made from a different file go with the file they were made from."""
@@ -84,15 +104,15 @@ def keep_experiment_file(exp_dir: Path, text: bytes) -> None:
     write_bytes_atomic(kept, text)
 
 
-def set_aside_unplanned(exp_dir: Path, planned_dirs: set[str]) -> tuple[Path, int] | None:
-    """Move the run directories that are not in `planned_dirs` (`<point>/<repeat>` of the
-    experiment now run) into `replaced-<UTC time>/` beside them, keeping their layout: with
-    --force and a changed experiment they belonged to the file it replaced, and the summary and
-    the report (which read every `<point>/<repeat>/`) mixed them into this one's. Nothing is
-    deleted. Returns (folder, how many moved), or None when every run directory is planned."""
+def set_aside_runs(exp_dir: Path) -> tuple[Path, int] | None:
+    """Move every run directory into `replaced-<UTC time>/` beside them, keeping their layout:
+    --force starts over, and the runs of the file it replaces must not be mixed into this one's,
+    neither by the summary and the report (which read every `<point>/<repeat>/`) nor by a later
+    resume, which took an old run still there for a finished one of the new file. Nothing is
+    deleted. Returns (folder, how many moved), or None when there was no run."""
     import datetime as dt
 
-    stale = sorted(_run_dirs(exp_dir) - {exp_dir / d for d in planned_dirs})
+    stale = sorted(_run_dirs(exp_dir))
     if not stale:
         return None
     stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")

@@ -113,11 +113,17 @@ def is_finished(run_dir: Path, *, keep_all_failed: bool = False) -> bool:
         return False
     if keep_all_failed or run.get("status") != "errors":
         return True
-    summary = run.get("summary")
+    return not all_calls_failed(run)
+
+
+def all_calls_failed(run: Any) -> bool:
+    """Whether a run's run.json (parsed) says every call failed: a server that refused
+    everything measured nothing, whatever its status."""
+    summary = run.get("summary") if isinstance(run, dict) else None
     if not isinstance(summary, dict):
-        return True
+        return False
     calls, errors = summary.get("calls"), summary.get("errors")
-    return not (isinstance(calls, int) and isinstance(errors, int) and errors >= calls > 0)
+    return isinstance(calls, int) and isinstance(errors, int) and errors >= calls > 0
 
 
 def clear_run_dir(run_dir: Path) -> None:

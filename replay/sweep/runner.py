@@ -29,13 +29,15 @@ from replay.sweep.config import Experiment
 from replay.sweep.plan import PlannedRun, plan_runs
 from replay.sweep.prepare import (
     check_experiment_file,
+    check_trace_file,
     keep_experiment_file,
     load_trace,
-    set_aside_unplanned,
+    set_aside_runs,
     write_predictions,
 )
 from replay.sweep.results import (
     ResultsWriteError,
+    all_calls_failed,
     clear_run_dir,
     exclusive_lock,
     is_finished,
@@ -67,6 +69,13 @@ class SweepResult:
     @property
     def failed(self) -> list[RunOutcome]:
         return [o for o in self.outcomes if o.status == RunStatus.FAILED]
+
+    def measured_nothing(self, outcome: RunOutcome) -> bool:
+        """A failed run, or one whose every call failed (status `errors`)."""
+        if outcome.status == RunStatus.FAILED:
+            return True
+        run = read_json(self.exp_dir / outcome.rel_dir / "run.json")
+        return outcome.status == RunStatus.ERRORS and all_calls_failed(run)
 
 
 class SweepRunner(RunSteps):
@@ -174,6 +183,9 @@ class SweepRunner(RunSteps):
         if self.exp.trace.synth is not None:  # a paper-scale synthesis takes seconds
             self.echo(f"{self.exp.name}: synthesizing the trace ...")
         self.trace = load_trace(self.exp)
+        # a trace file changed in place is another workload: only its sha256 tells
+        trace_sha = _file_trace_sha256(self.trace)
+        check_trace_file(self.exp, self.exp_dir, trace_sha, force=self.force)
         if execute is run_in_order:
             # Here, before the first launch; on a cluster the head need not have the nodes'
             # GPUs: each node checks itself before its first launch of a point, and the head
@@ -181,18 +193,14 @@ class SweepRunner(RunSteps):
             from replay.engines.preflight import require_ready  # engine environment, GPUs, ...
 
             require_ready(self.exp, self.trace, self.exp_dir)  # a failure stops the sweep here
-            keep_experiment_file(self.exp_dir, text)
-            self.predict()
-        else:
-            keep_experiment_file(self.exp_dir, text)
         planned = plan_runs(self.exp, self.order)
-        if self.force:  # a changed experiment's runs are set aside, not mixed into this one's
-            moved = set_aside_unplanned(self.exp_dir, {p.rel_dir for p in planned})
+        if self.force:  # --force starts over: no earlier run may pass for one of this file's
+            moved = set_aside_runs(self.exp_dir)
             if moved is not None:
                 self.echo(
-                    f"{self.exp.name}: moved {moved[1]} run directories not in this experiment's "
-                    f"plan to {moved[0]}"
+                    f"{self.exp.name}: moved {moved[1]} earlier run directories to {moved[0]}"
                 )
+        keep_experiment_file(self.exp_dir, text)
         write_json_atomic(
             self.exp_dir / PLAN_FILE,
             {
@@ -200,8 +208,11 @@ class SweepRunner(RunSteps):
                 "runs": sorted(p.rel_dir for p in planned),
                 # the kept experiment.toml's relative paths were written from here
                 "experiment_dir": str(Path(self.exp.source).resolve().parent),
+                "trace_sha256": trace_sha,
             },
         )
+        if execute is run_in_order:
+            self.predict()
         outcomes: list[RunOutcome] = []
         interrupted = False
         try:
@@ -209,13 +220,28 @@ class SweepRunner(RunSteps):
         except KeyboardInterrupt:
             interrupted = True
         finally:
+            from replay.sweep.signals import interrupts_deferred
+
             try:
-                write_summary(self.exp, self.exp_dir)
+                # a signal here is raised once both files are written: stopped half way, the
+                # summary was missing, or an earlier sweep's that contradicted the runs
+                with interrupts_deferred():
+                    write_summary(self.exp, self.exp_dir)
+            except KeyboardInterrupt:
+                interrupted = True  # came while the summary was written, which it finished
             except ResultsWriteError as e:
                 if not interrupted:
                     raise
                 self.echo(f"replay: {e}")  # the interrupt (exit 130) is the news; say this too
         return SweepResult(self.exp_dir, outcomes, interrupted)
+
+
+def _file_trace_sha256(trace: Any) -> str | None:
+    """sha256 of the trace's file (as its runs record it); None for a generated trace, which
+    the experiment file itself pins."""
+    from replay.driver.run import trace_sha256
+
+    return trace_sha256(trace) if getattr(trace, "path", None) else None
 
 
 # How a sweep's planned runs are executed: appends each run's outcome to the list as it comes
