@@ -363,6 +363,9 @@ ADAPTER = EngineAdapter(
     map_counters=map_counters,
     reset_path=None,
     forcing=False,
+    # max_tokens 0 still generates one token (xllamacpp 2026.10.11549, measured by
+    # tests/real/test_llamacpp_server.py): ask for it, so the row's lengths agree
+    min_max_tokens=1,
     description="llama.cpp server on CPU; host tier = --cache-ram MiB (whole-prompt RAM entries)",
     version_argv=version_argv,
     option_names=LLAMACPP_OPTIONS,

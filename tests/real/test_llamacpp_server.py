@@ -61,6 +61,9 @@ def test_token_prompts_exact_lengths_and_cache_fields(tmp_path, model_dir):
         assert resp["timings"]["prompt_n"] == 1
         slots = c.get("/slots").json()
         assert len(slots) == 2 and {"n_ctx", "is_processing"} <= set(slots[0])
+        # max_tokens 0 still generates one token: the adapter's min_max_tokens = 1 asks for it
+        assert complete(c, prompt, 0)["usage"]["completion_tokens"] == 1
+        assert ADAPTER.min_max_tokens == 1
 
 
 def test_live_metrics_match_the_captured_fixture(tmp_path, model_dir):
