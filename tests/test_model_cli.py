@@ -215,3 +215,19 @@ def test_no_traceback_from_the_real_entry_point():
         timeout=60,
     )
     assert r.returncode == 2 and r.stderr.startswith("replay: ") and "Traceback" not in r.stderr
+
+
+def test_a_trace_prediction_without_a_device_says_so_whole_and_lists_its_tiers_alike(
+    capsys, trace_file
+):
+    """The note stopped at "give --device-gib for the run's"; the tier column printed 5 beside
+    10.00."""
+    argv = ["predict", "--trace", str(trace_file), "--pool", "3", "--bytes-per-token", "1"]
+    try:
+        main([*argv, "--tiers-gib", "0,2.5,5,10,20", "--no-pays"])
+    except SystemExit as e:
+        assert e.code in (0, None)
+    out, err = capsys.readouterr()
+    assert "give --device-gib for the run's device KV per rank (the engine's device_kv_gib)" in err
+    tiers = [line.split()[0] for line in out.splitlines()[3:8]]
+    assert tiers == ["0", "2.5", "5", "10", "20"], out

@@ -148,6 +148,13 @@ def _gib(x: float) -> str:
     return f"{x:,.2f}" if x >= 10 else f"{x:.4g}"
 
 
+def _tier(x: float) -> str:
+    """A tier as given on the command line: whole GiB as integers, others to 4 significant
+    digits (one format down the column: `_gib`'s two decimals from 10 GiB up printed 5 beside
+    10.00)."""
+    return f"{int(x):,}" if float(x).is_integer() else f"{x:.4g}"
+
+
 def _print_tiers(doc: dict) -> None:
     click.echo(
         f"{doc['calls']} calls, {doc['prompt_tokens']:,} prompt tokens, order {doc['order']}, "
@@ -169,7 +176,7 @@ def _print_tiers(doc: dict) -> None:
     ]
     click.echo("  ".join(f"{h:>14}" for _, h in cols))
     for row in doc["tiers"]:
-        cells = [_gib(row[k]) if k == "host_tier_gib" else _fmt(row[k]) for k, _ in cols]
+        cells = [_tier(row[k]) if k == "host_tier_gib" else _fmt(row[k]) for k, _ in cols]
         click.echo("  ".join(f"{c:>14}" for c in cells))
 
 
@@ -391,7 +398,8 @@ def _trace_mode(o: dict, tiers: list[float]) -> None:
     if device_tokens == 0:
         click.echo(
             "replay: note: no device tier (--device-gib 0, the default): every prompt token "
-            "misses the device, so the host tier sees all reuse; give --device-gib for the run's",
+            "misses the device, so the host tier sees all reuse; give --device-gib for the run's "
+            "device KV per rank (the engine's device_kv_gib)",
             err=True,
         )
     for flag in ("chunk_tokens", "block_tokens"):
