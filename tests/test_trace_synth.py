@@ -170,6 +170,18 @@ def test_small_trace_knobs() -> None:
     assert len({cs[0].append[:5].tobytes() for cs in t.tasks.values()}) == 3
 
 
+@pytest.mark.parametrize("preset", ["swe-agent", "claude-code"])
+@pytest.mark.parametrize("cap", [50, 200, 300, 500])
+def test_a_small_prompt_cap_keeps_each_first_prompt_past_its_shared_head(
+    preset, cap, tmp_path
+) -> None:
+    """A first output longer than the room the shared head left made the first prompt shorter
+    than the head: a numpy traceback from `trace synth`, `sweep` and `doctor` alike."""
+    t = synth(preset, tasks=3, seed=0, max_prompt_tokens=cap)
+    assert all(c.prompt_len + c.output_len <= cap for c in t.calls)
+    write_trace(t, tmp_path / "t.jsonl", verify=True)  # read back with validate's checks
+
+
 def test_every_preset_writes_a_valid_trace(tmp_path: Path) -> None:
     for name in PRESETS:
         p = tmp_path / f"{name}.jsonl"

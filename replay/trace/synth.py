@@ -69,6 +69,8 @@ def _lengths(
     tools = np.maximum(1, np.rint(p.tool_result_tokens.draw(rng, n, scale))).astype(int)
     first_len = int(round(first.draw(rng, scale=scale)))
     first_len = max(first_len, head + max(1, int(32 * scale)))
+    if outs[0] > max_ctx - head:  # a first prompt shorter than the shared head it starts with
+        outs[0] = max(1, max_ctx - head)
     first_len = min(first_len, max(1, max_ctx - int(outs[0])))
     prompts, appends, outputs, keeps = [first_len], [first_len], [int(outs[0])], [0]
     # the context as segments: first prompt, then output and tool result of each call
