@@ -435,3 +435,21 @@ def test_a_sweep_whose_output_nobody_reads_runs_to_its_end(tmp_path):
     assert proc.wait(timeout=300) == 0, err
     assert "Traceback" not in err and "BrokenPipe" not in err
     assert len(pd.read_parquet(tmp_path / "results" / "d" / "summary.parquet")) == 4
+
+
+def test_run_force_clears_the_report_a_user_wrote_into_its_directory(tmp_path, capsys):
+    """run, then `replay report` on the run directory, then run --force again: refused, since
+    report.md was not on the list of the project's own files."""
+    trace = tmp_path / "t.jsonl.gz"
+    write_trace(synth("swe-agent", tasks=2, seed=1, max_calls_per_task=2, scale=0.05), trace)
+    argv = ["run", "--trace", str(trace), "--pool", "2", "--out", str(tmp_path / "r")]
+    argv += ["--engine", "sim", "--json"]
+    assert run_cli(argv, capsys)[0] == 0
+    assert run_cli(["report", str(tmp_path / "r"), "--no-figures"], capsys)[0] == 0
+    assert (tmp_path / "r" / "report.md").is_file()
+    code, _, err = run_cli([*argv, "--force"], capsys)
+    assert code == 0, err
+    assert not (tmp_path / "r" / "report.md").exists()
+    (tmp_path / "r" / "notes.txt").write_text("mine")  # a user's own file is still refused
+    code, _, err = run_cli([*argv, "--force"], capsys)
+    assert code == 2 and "holds files a run does not write (notes.txt)" in err

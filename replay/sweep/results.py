@@ -45,6 +45,7 @@ __all__ = [
 FINISHED_STATUSES = (RunStatus.OK, RunStatus.ERRORS)
 _JSON = orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS
 # What a run directory may hold (docs/results.md); `--force` clears only directories made of these.
+REPORT_FILES = frozenset({"report.md", "report.html", "figures"})  # `replay report DIR`
 RUN_FILES = frozenset(
     {
         "run.json",
@@ -149,7 +150,12 @@ def prepare_out_dir(out_dir: Path, *, force: bool, option: str = "--out") -> Non
                 option,
                 f"not empty ({shown}); pass --force to clear it, or choose a new directory",
             )
-        foreign = [n for n in entries if n not in RUN_FILES and not n.endswith(".tmp")]
+        # what `replay report` writes into a run directory is the project's own too
+        foreign = [
+            n
+            for n in entries
+            if n not in RUN_FILES and n not in REPORT_FILES and not n.endswith(".tmp")
+        ]
         if foreign:
             raise ConfigError(
                 str(out_dir),

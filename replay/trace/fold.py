@@ -122,7 +122,8 @@ def fold_trace(trace: Trace, spec: FoldSpec) -> Trace:
         raise ConfigError(
             trace.path or "trace",
             "tokens",
-            "folding rewrites token ids; this trace stores block hashes (import it with ids)",
+            "folding rewrites token ids; this trace stores block hashes (`replay trace scale IN "
+            "--tokens 1/K -o OUT` writes a token-id trace of it)",
         )
     new_calls: dict[tuple[str, int], Call] = {}
     for task in trace.task_ids:
