@@ -179,8 +179,14 @@ def test_host_tier_beyond_available_memory_fails(tmp_path):
 def test_model_files_absent_or_without_weights_fail(tmp_path):
     got = checks_of(experiment(tmp_path, model=str(tmp_path / "no-model")))
     assert got["vllm model files"].status == "fail"
-    assert "replay model fetch" in got["vllm model files"].detail
+    # a folder is made, not fetched (vllm-cpu.toml's `.cache/tinyllama` was sent to the hub)
+    assert "make the model there first" in got["vllm model files"].detail
     assert got["vllm vocabulary"].status == "skip"
+    for local in (".cache/no-such-model", "a/b/c"):
+        detail = checks_of(experiment(tmp_path, model=local))["vllm model files"].detail
+        assert "replay.engines.tinymodel" in detail and "model fetch" not in detail, detail
+    hub = checks_of(experiment(tmp_path, model="org/not-fetched"))["vllm model files"].detail
+    assert "replay model fetch org/not-fetched" in hub
     bare = model_dir(tmp_path / "bare", weights=False)
     assert checks_of(experiment(tmp_path, model=str(bare)))["vllm model files"].status == "fail"
     dummy = experiment(tmp_path, model=str(bare), extra='load_format = "dummy"')
@@ -342,3 +348,46 @@ def test_doctor_names_no_leftover_server_while_a_sweep_holds_the_results(tmp_pat
     assert lock_holder(exp_dir) is None  # looking did not keep it
     free = CliRunner().invoke(cli, ["doctor", quick, "--results", str(tmp_path / "r")])
     assert free.exit_code == 0 and "ok    leftover servers" in free.output
+
+
+def test_a_cpu_vllm_file_before_its_environment_is_built_points_at_make_setup_vllm(tmp_path):
+    """experiments/vllm-cpu.toml before `make setup-vllm`: doctor failed it for 0 GPUs and said
+    to build the GPU environment and edit the file."""
+    exp = experiment(tmp_path, python=".venv-not-built/bin/python", extra='device = "cpu"')
+    got = checks_of(exp, preflight.Machine(gpu_count=lambda env: 0))
+    assert got["vllm interpreter"].status == "fail"
+    assert "make setup-vllm" in got["vllm interpreter"].detail
+    assert "setup-gpu" not in got["vllm interpreter"].detail
+    assert got["vllm gpus"].status == "skip"
+
+
+def _llamacpp_checks(tmp_path, **engine):
+    text = VLLM_EXP.format(
+        python=sys.executable, model="tiny", trace_vocab=512, tiers="[0]", extra=""
+    )
+    text = text.replace('kind = "vllm"', 'kind = "llamacpp"').replace(
+        f'python = "{sys.executable}"\n', ""
+    )
+    text = text.replace(
+        'model = "tiny"\ntp = 1\n',
+        "".join(f"{k} = {v!r}\n".replace("'", '"') for k, v in engine.items()),
+    )
+    path = tmp_path / "ll.toml"
+    path.write_text(text)
+    exp = load_experiment(path)
+    got = preflight.run_checks(exp, lambda: load_trace(exp), exp_results(exp), preflight.Machine())
+    return {c.name: c for c in got}
+
+
+def test_llama_cpp_is_checked_before_a_sweep_launches_it(tmp_path):
+    """llama.cpp had no preflight: doctor said 0 failed, then every run failed with a traceback."""
+    gone = _llamacpp_checks(tmp_path, python="/nonexistent/python")
+    assert gone["llamacpp interpreter"].status == "fail"
+    binary = _llamacpp_checks(tmp_path, server_bin="/nonexistent/llama-server")
+    assert binary["llamacpp server binary"].status == "fail"
+    assert "llamacpp xllamacpp import" not in binary  # a binary needs no wheel
+    assert binary["llamacpp replay import"].status == "ok"
+    for name in ("gguf", "tokenizers"):
+        assert binary[f"llamacpp {name} import"].status in ("ok", "fail")
+        if binary[f"llamacpp {name} import"].status == "fail":
+            assert "make setup-llamacpp" in binary[f"llamacpp {name} import"].detail

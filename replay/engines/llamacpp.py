@@ -70,6 +70,9 @@ LLAMACPP_OPTIONS = LAUNCH_OPTIONS | {
 }
 
 # One token of the tiny model's KV (f16 K and V, 2 layers x 256): see gguf_tiny.kv_bytes_per_token.
+# The xllamacpp wheel the adapter is checked against (pyproject.toml's `llamacpp` extra pins it).
+PINNED_WHEEL = "2026.10.11549"
+
 KV_BYTES_PER_TOKEN_TINY = 2048
 # A saved slot state also stores each cell's position and sequence ids: 1003 tokens measured
 # 1.971 MiB in the server's eviction log line, i.e. 2060.6 bytes/token for 2048 bytes of KV.

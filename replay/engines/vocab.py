@@ -27,8 +27,9 @@ __all__ = [
 
 
 def is_local_model(model: str) -> bool:
-    """A filesystem path rather than a hub name ('org/name')."""
-    return model.startswith(("/", "./", "../", "~")) or Path(model).is_dir()
+    """A filesystem path rather than a hub name ('org/name'): hub names never start with a dot
+    (`.cache/tinyllama` is a folder not made yet) and have one slash at most."""
+    return model.startswith(("/", ".", "~")) or model.count("/") > 1 or Path(model).is_dir()
 
 
 def hub_cache_dir(env: Mapping[str, str] | None = None) -> Path:
