@@ -38,7 +38,7 @@ def test_plain_lines_when_not_a_terminal(monkeypatch, capsys):
     bar = ProgressBar(stats, [_row(100, 10, 40)], plain=True)
     bar.close()
     err = capsys.readouterr().err
-    assert err.startswith("replay: calls 2/4  inflight 0  errors 1")
+    assert err.startswith("replay: calls 2/4  ETA ?  inflight 0  errors 1")
     assert "hit 40.0%" in err and "ETA ?" in err
 
 
@@ -58,6 +58,19 @@ def test_rich_bar_on_a_terminal(monkeypatch):
     bar.close()
     text = fake.getvalue()
     assert "4/10" in text and "hit 90.0%" in text and "restored 5 tok" in text
+
+
+def test_an_80_column_terminal_keeps_the_count_and_the_eta(monkeypatch):
+    """rich gave the free text the width first: at 80 columns the bar, done/total and the ETA
+    (last on the line) were gone."""
+    monkeypatch.setenv("COLUMNS", "80")
+    fake = _Tty()
+    monkeypatch.setattr(sys, "stderr", fake)
+    stats = PoolStats(total=441, done=17)
+    bar = ProgressBar(stats, [_row(100, 10, 90, 5)])
+    bar.close()
+    last = [ln for ln in fake.getvalue().splitlines() if "calls" in ln][-1]
+    assert "17/441" in last and "ETA" in last and "━" in last
 
 
 def test_sweep_eta_counts_runs_that_ran():

@@ -22,6 +22,7 @@ from typing import Any
 __all__ = ["ProgressBar", "LiveCounts", "SweepEta", "progress_wanted", "work_tokens", "format_eta"]
 
 _REFRESH_S = 0.5
+_BAR_WIDTH = 24
 PLAIN_EVERY_S = 10.0
 
 
@@ -118,7 +119,7 @@ class ProgressBar:
 
             self._bar = Progress(
                 TextColumn("calls"),
-                BarColumn(bar_width=24),
+                BarColumn(bar_width=_BAR_WIDTH),
                 MofNCompleteColumn(),
                 TextColumn("{task.fields[line]}"),
                 console=Console(file=sys.stderr),
@@ -143,14 +144,23 @@ class ProgressBar:
             f["tok_s"] += " (sim)"
             f["eta"] = f"ETA {format_eta(self.counts.eta_s(wall_s))}"  # the user waits wall time
             clock = f"sim {sim_s:,.0f} s  "
+        # the ETA early: what a narrow terminal cuts is the end of the line
+        eta = f"{f['eta']}  " if f["eta"] else ""
         return (
-            f"{clock}inflight {s.inflight}  errors {s.errors}  {f['tok_s']}  {f['hit']}  "
-            f"{f['restored']}  {f['eta']}"
+            f"{clock}{eta}inflight {s.inflight}  errors {s.errors}  {f['tok_s']}  {f['hit']}  "
+            f"{f['restored']}"
         )
 
     def _show(self, final: bool = False) -> None:
         text = self.line()
         if self._bar is not None:
+            # rich shrinks the fixed columns (calls, the bar, done/total) to nothing before it
+            # cuts a long text column: cut the text to the width they leave (80 columns lost
+            # the count and the ETA)
+            count = len(f"{self.stats.done}/{self.stats.total}") + len(f"{self.stats.total}")
+            room = self._bar.console.width - (len("calls") + _BAR_WIDTH + count + 4)
+            if len(text) > room:
+                text = text[: max(room - 1, 0)] + "…"
             self._bar.update(self._task, completed=self.stats.done, line=text)
             self._bar.refresh()
             return
