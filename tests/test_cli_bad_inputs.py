@@ -332,6 +332,11 @@ BAD_ARGS: list[tuple[str, list[str], str]] = [
     ("run_out_proc", ["run", "--trace", "t.jsonl", "--pool", "1", "--out", "/proc/x/y",
                       "--engine", "sim"], r"/proc/x/y: --out: cannot create: No such file or directory"),
     ("run_no_target", RUN, r"run: --url/--engine: give exactly one"),
+    # taken and ignored in process: the opposite mistake was already refused
+    ("run_sim_engine_kind", [*SIM, "--engine-kind", "vllm"],
+     r"run: --engine-kind: server options need --url URL"),
+    ("run_sim_served_model", [*SIM, "--served-model", "m"],
+     r"run: --served-model: server options need --url URL"),
     ("unknown_command", ["bogus"], r"No such command 'bogus'"),
     # numbers
     ("run_pool_0", [*SIM[:4], "0", *SIM[5:]], r"run: --pool: must be an integer >= 1"),

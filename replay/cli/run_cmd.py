@@ -226,6 +226,11 @@ def command(
     if url is not None and given_sim:
         flags = ", ".join("--" + k.replace("_", "-") for k in given_sim)
         raise ConfigError("run", flags, "simulator options need --engine sim")
+    given_http = [
+        f for f, v in (("--engine-kind", engine_kind), ("--served-model", served_model)) if v
+    ]
+    if engine is not None and given_http:  # were taken and ignored
+        raise ConfigError("run", ", ".join(given_http), "server options need --url URL")
     if url is not None:
         from replay.driver.http_common import HttpOptions
 
