@@ -108,8 +108,9 @@ class MetricsRecorder:
         fell = False
         for name, value in counters.items():
             before = self._prev.get(name)
-            numbers = isinstance(value, int | float) and isinstance(before, int | float)
-            if numbers and value < before:
+            if not isinstance(value, int | float) or not isinstance(before, int | float):
+                continue
+            if value < before:
                 self.lost[name] = self.lost.get(name, 0) + before
                 fell = True
         self.resets += fell
