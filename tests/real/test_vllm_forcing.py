@@ -103,7 +103,7 @@ def test_max_tokens_0_is_refused_so_a_prefill_only_call_asks_for_one(clean_cache
     write_trace(make_trace({"a": [{"new": 40, "out": 3}, {"new": 20, "out": 0}, {}]}), trace)
     out = tmp_path / "o"
     proc = subprocess.run(
-        [sys.executable, "-m", "replay.cli.main", "run", "--trace", str(trace), "--out", str(out),
+        [sys.executable, "-m", "replay.cli.main", "run", "--trace", str(trace), "--pool", "1", "--out", str(out),
          "--url", url, "--engine-kind", "vllm", "--gap-scale", "0", "--strict", "--json"],
         cwd=REPO, capture_output=True, text=True, timeout=600,
     )  # fmt: skip
