@@ -113,13 +113,31 @@ def test_weka_subagent_timing_semantics(weka: Trace) -> None:
         nxt = spawn + 1
         assert parent[nxt]["t"] >= s["t"]
         assert (task, len(sc) - 1) in calls[nxt].after
+        # Its gap counts from the end of the latest joined sub-agent's last call (what `after`
+        # names), not from the entry's `t`, when the sub-agent reported back seconds later.
         joined = {task for task, _ in calls[nxt].after}
-        latest = max(o["t"] for o in subs if f"trace_0277/{o['agent_id']}" in joined)
-        assert calls[nxt].gap_s == pytest.approx(parent[nxt]["t"] - latest, abs=1e-6)
-        assert calls[nxt].gap_s < parent[nxt]["think_time"]
-    # Ordinary calls keep think_time as their gap.
+        last_end = max(
+            o["t"] - o["duration_ms"] / 1000 + o["requests"][-1]["t"] + o["requests"][-1]["api_time"]
+            for o in subs
+            if f"trace_0277/{o['agent_id']}" in joined
+        )
+        assert calls[nxt].gap_s == pytest.approx(parent[nxt]["t"] - last_end, abs=1e-6)
+        latest_report = max(o["t"] for o in subs if f"trace_0277/{o['agent_id']}" in joined)
+        assert parent[nxt]["t"] - latest_report < calls[nxt].gap_s < parent[nxt]["think_time"]
+    # Ordinary calls after a timed call keep think_time as their gap.
     plain = [i for i, c in enumerate(calls) if not c.after and i > 0]
     assert plain and all(calls[i].gap_s == parent[i]["think_time"] for i in plain)
+
+
+@needs_weka
+def test_weka_think_time_after_an_untimed_request_is_cut_to_the_idle_time(weka: Trace) -> None:
+    """trace_0219's call 4 has no api_time; call 5's think_time (3,425 s) counts from call 3's end,
+    so it spans call 4 too: the agent idled 13 s (4,960 -> 4,973 s), and the replay must too."""
+    calls = weka.tasks["trace_0219"]
+    assert calls[5].gap_s == pytest.approx(13.0)
+    for a, b in zip(calls, calls[1:], strict=False):
+        if not b.after:  # no call waits longer than the recording idled (`t` is whole seconds)
+            assert b.gap_s <= max(0.0, b.recorded["start_s"] - a.recorded["end_s"]) + 1.0
 
 
 def _weka_file(tmp_path: Path, requests: list) -> Path:
@@ -140,6 +158,15 @@ def _r(t: float, n_in: int, hashes: list[int], api: float = 2.0, think: float = 
         "api_time": api,
         "think_time": think,
     }
+
+
+def test_weka_think_time_spanning_an_untimed_request(tmp_path: Path) -> None:
+    untimed = _r(10.0, 120, [1, 2], think=8.0)
+    del untimed["api_time"]  # its end is unknown: taken as its start
+    # The third request's think_time (18 s) counts from the first's end (2 s), not the second's.
+    reqs = [_r(0.0, 100, [1]), untimed, _r(20.0, 140, [1, 2, 3], think=18.0)]
+    t = import_trace("weka", [_weka_file(tmp_path, reqs)])
+    assert [c.gap_s for c in t.tasks["conv"]] == [0.0, 8.0, 10.0]
 
 
 def test_weka_detached_subagent_is_not_joined(tmp_path: Path) -> None:

@@ -47,7 +47,8 @@ _CALL_TYPES = ("n", "s")
 @dataclass
 class _Req:
     start_s: float  # conversation-relative
-    end_s: float
+    end_s: float  # the start when the request has no api_time (timed False)
+    timed: bool
     think_s: float | None
     in_tokens: int
     out_tokens: int
@@ -103,6 +104,7 @@ def _req(r: dict, offset_s: float, file: str, where: str, block_size: int) -> _R
     return _Req(
         start_s=start,
         end_s=start + (api if api is not None else 0.0),
+        timed=api is not None,
         think_s=_seconds(r, "think_time", file, where),
         in_tokens=n_in,
         out_tokens=n_out,
@@ -135,11 +137,17 @@ def _calls(
         keep = common_prefix(prev.hash_ids, r.hash_ids) if prev is not None else 0
         if i == 0:
             gap = first_gap_s if first_gap_s is not None else (r.think_s or 0.0)
-        elif r.think_s is not None:
-            gap = r.think_s
         else:
             assert prev is not None
-            gap = r.start_s - prev.end_s
+            # think_time counts from the end of the last request that had an api_time: after
+            # one without (its end unknown, taken as its start) it also spans that request and
+            # the idle time before it (trace_0219 call 5: think_time 3,425 s, 13 s after call 4),
+            # so there the idle time since that request's start bounds it.
+            idle = r.start_s - prev.end_s
+            if r.think_s is None:
+                gap = idle
+            else:
+                gap = r.think_s if prev.timed else min(r.think_s, idle)
         recorded = {"start_s": round(r.start_s, 6), "end_s": round(r.end_s, 6)}
         if r.ttft_s is not None:
             recorded["ttft_s"] = r.ttft_s
@@ -238,7 +246,9 @@ def _conversation(path: Path, data: dict, task: str, block_size: int) -> list[Ca
         sc = _calls(sub_task, ns, s.reqs, first_gap, (task, s.spawn))
         sub_calls.extend(sc)
         if s.join is not None:
-            joins.setdefault(s.join, []).append(((sub_task, sc[-1].index), s.end_s))
+            # The join waits on the sub-agent's last call, which ended before the entry's `t`
+            # (when it reported back): the gap counts from that call's end, as `after` means.
+            joins.setdefault(s.join, []).append(((sub_task, sc[-1].index), s.reqs[-1].end_s))
     for j, deps in joins.items():
         dep_end = max(end for _, end in deps)
         gap = min(calls[j].gap_s, max(0.0, parent_reqs[j].start_s - dep_end))
