@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
+import math
 
 import numpy as np
 import pytest
@@ -14,6 +16,7 @@ from replay.model.presets import HARDWARE, MODELS
 from replay.protocol import CompletionRequest
 from replay.sim.options import SimConfig
 from replay.sim.transport import SimTransport
+from replay.trace.io import read_trace
 from replay.trace.model import Trace
 from replay.trace.synth import synth
 from tests.sim_helpers import closed_loop, tokens
@@ -393,3 +396,32 @@ def test_compiled_decode_stretch_is_numpys_running_sum_bit_for_bit():
             want = np.cumsum(cost.decode_steps_s(n, ctx, steps))
             got = cost.decode_cum_s(n, ctx, steps)
             assert got.dtype == want.dtype and got.tobytes() == want.tobytes()
+
+
+def test_rate_admission_with_an_infinite_rate_writes_what_all_writes(small_trace):
+    base = dataclasses.replace(SMALL, host_tier_gib=1)
+    c_all, _, _ = closed_loop(small_trace, base, 4)
+    unlimited = dataclasses.replace(base, admission="rate", rate_limit_gib_s=math.inf)
+    c_inf, _, _ = closed_loop(small_trace, unlimited, 4)  # inf + 0 * inf was nan: every call failed
+    assert c_inf["host_write_tokens"] == c_all["host_write_tokens"] > 0
+    assert c_inf["declined_writes"] == 0
+
+
+def test_ttl_pins_that_never_expire_do_not_stall_a_call_that_cannot_fit(tmp_path):
+    """Four tasks of 3,500-token prompts on a device that fits two, pool 2, --ttl-s inf: the first
+    two tasks' pins never expire, so the next tasks waited forever (makespan inf, status ok). With
+    nothing running they are unpinned, as decode pressure unpins them."""
+    rows = [{"format": "replay-trace", "version": 1, "vocab_size": 32000}]
+    for t in range(4):
+        rows.append({"task": f"t{t}", "call": 0, "gap_s": 0, "keep": 0,
+                     "append": tokens(t, 3500).tolist(), "output_len": 10})  # fmt: skip
+        rows.append({"task": f"t{t}", "call": 1, "gap_s": 1, "keep": 3510,
+                     "append": tokens(100 + t, 50).tolist(), "output_len": 10})  # fmt: skip
+    path = tmp_path / "ttl.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    trace = read_trace(path)
+    cfg = SimConfig(device_kv_gib=0.183, admission="ttl", ttl_s=math.inf)
+    assert cfg.device_blocks * cfg.block_tokens < 3 * 3560  # two tasks fit, not three
+    c, calls, makespan = closed_loop(trace, cfg, 2)
+    assert len(calls) == 8 and math.isfinite(makespan)
+    assert all(math.isfinite(r["t_first"]) for r in calls)

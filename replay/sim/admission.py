@@ -17,6 +17,7 @@ capacity), or that are never reused.
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from dataclasses import dataclass
 
@@ -150,6 +151,8 @@ class RateAdmission(Admission):
         self._t = 0.0
 
     def select(self, candidates, now):
+        if self.rate == math.inf:  # no write budget (inf + 0 * inf would be nan)
+            return candidates
         self._tokens = min(self.burst, self._tokens + (now - self._t) * self.rate)
         self._t = now
         n = min(len(candidates), int(self._tokens // self.chunk_bytes))

@@ -10,6 +10,8 @@ changes the engine's own state, and admission and commit (replay.sim.engine) sta
 
 from __future__ import annotations
 
+import math
+
 from collections import deque
 from dataclasses import dataclass, field
 from itertools import accumulate
@@ -131,6 +133,11 @@ class StepPlanner:
                 # ahead (Continuum): it reuses its pinned blocks instead of waiting behind them
                 pinned = next((w for w in self.waiting if w.task in self.pins), None)
                 if pinned is None or not self._admit(pinned, now):
+                    if not self.running and self._pinned_for_good():
+                        # nothing runs and no pin will expire (--ttl-s inf): waiting would never
+                        # end, so unpin as decode pressure does
+                        self._unpin_soonest()
+                        continue
                     break
                 s = pinned
             self.waiting.remove(s)
@@ -231,6 +238,9 @@ class StepPlanner:
         while self.pins and need > self.device.n_available:
             self._unpin_soonest()
         return need <= self.device.n_available
+
+    def _pinned_for_good(self) -> bool:
+        return bool(self.pins) and all(exp == math.inf for _, exp in self.pins.values())
 
     def _unpin_soonest(self) -> None:
         task = min(self.pins, key=lambda t: (self.pins[t][1], t))
