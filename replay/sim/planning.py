@@ -11,7 +11,6 @@ changes the engine's own state, and admission and commit (replay.sim.engine) sta
 from __future__ import annotations
 
 import math
-
 from collections import deque
 from dataclasses import dataclass, field
 from itertools import accumulate

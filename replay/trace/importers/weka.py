@@ -144,10 +144,8 @@ def _calls(
             # the idle time before it (trace_0219 call 5: think_time 3,425 s, 13 s after call 4),
             # so there the idle time since that request's start bounds it.
             idle = r.start_s - prev.end_s
-            if r.think_s is None:
-                gap = idle
-            else:
-                gap = r.think_s if prev.timed else min(r.think_s, idle)
+            think = idle if r.think_s is None else r.think_s
+            gap = think if prev.timed else min(think, idle)
         recorded = {"start_s": round(r.start_s, 6), "end_s": round(r.end_s, 6)}
         if r.ttft_s is not None:
             recorded["ttft_s"] = r.ttft_s
