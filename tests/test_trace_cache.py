@@ -243,3 +243,17 @@ def test_a_miss_reads_the_file_once_and_a_file_too_large_to_hold_twice(tmp_path,
         streamed = read_trace(path, tmp_path / "cache2")
     assert opened.count(str(path)) == 2
     _same(streamed, held)
+
+
+def test_a_bad_size_limit_is_refused_before_the_run_naming_the_variable(tmp_path, monkeypatch):
+    path = tmp_path / "t.jsonl"
+    write_trace(_ids_trace(), path)
+    monkeypatch.setenv("REPLAY_TRACE_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("REPLAY_TRACE_CACHE_MAX_BYTES", "8G")  # was a traceback after the store
+    args = ["run", "--trace", str(path), "--pool", "2", "--engine", "sim", "--quiet"]
+    got = replay_cli(*args, "--out", str(tmp_path / "r"))
+    assert got.returncode == 2 and "Traceback" not in got.stderr
+    assert "$REPLAY_TRACE_CACHE_MAX_BYTES" in got.stderr and "'8G'" in got.stderr
+    assert not (tmp_path / "r").exists()
+    monkeypatch.setenv("REPLAY_TRACE_CACHE_MAX_BYTES", "1000000")
+    assert replay_cli(*args, "--out", str(tmp_path / "r")).returncode == 0

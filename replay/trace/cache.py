@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 import orjson
 
-from replay.errors import TraceError
+from replay.errors import ConfigError, TraceError
 from replay.trace.model import Call, Trace, TraceHeader
 from replay.trace.validate import check_header
 from replay.trace.write import header_to_dict
@@ -70,12 +70,34 @@ def reader_fingerprint() -> str:
     return _reader
 
 
+def max_cache_bytes() -> int:
+    """$REPLAY_TRACE_CACHE_MAX_BYTES (a whole number of bytes) or the 8 GiB default."""
+    raw = os.environ.get("REPLAY_TRACE_CACHE_MAX_BYTES")
+    if raw is None:
+        return MAX_CACHE_BYTES
+    try:
+        value = int(raw.strip())
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise ConfigError(
+            "$REPLAY_TRACE_CACHE_MAX_BYTES",
+            None,
+            f"must be a whole number of bytes >= 0 (8 GiB: {MAX_CACHE_BYTES}), got {raw!r}",
+        )
+    return value
+
+
 def default_cache_dir() -> Path | None:
     """$REPLAY_TRACE_CACHE (a folder, or `off`), else $XDG_CACHE_HOME/replay/traces, else
-    ~/.cache/replay/traces; None when turned off."""
+    ~/.cache/replay/traces; None when turned off. A bad $REPLAY_TRACE_CACHE_MAX_BYTES is refused
+    here, before the trace is read, rather than after the cache entry is written."""
     got = os.environ.get("REPLAY_TRACE_CACHE")
+    if got is not None and got.strip().lower() in ("", "0", "off", "no", "false"):
+        return None
+    max_cache_bytes()
     if got is not None:
-        return None if got.strip().lower() in ("", "0", "off", "no", "false") else Path(got)
+        return Path(got)
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return Path(base) / "replay" / "traces"
 
@@ -215,7 +237,7 @@ def store(trace: Trace, sha256: str, size_bytes: int, cache_dir: Path) -> bool:
     except OSError:
         Path(tmp).unlink(missing_ok=True)
         return False
-    _evict(cache_dir, sha256, int(os.environ.get("REPLAY_TRACE_CACHE_MAX_BYTES", MAX_CACHE_BYTES)))
+    _evict(cache_dir, sha256, max_cache_bytes())
     return True
 
 
