@@ -12,7 +12,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from replay.errors import TraceError
-from replay.trace.io import call_to_dict, header_to_dict, read_header, read_trace, write_trace
+from replay.trace.io import (
+    call_to_dict,
+    header_to_dict,
+    read_header,
+    read_trace,
+    read_trace_checked,
+    write_trace,
+)
 from replay.trace.model import Call, Trace, TraceHeader
 
 # ------------------------------------------------------------------------------------ round trip
@@ -58,6 +65,7 @@ def traces(draw) -> Trace:
     for t in range(n_tasks):
         task = f"t{t}" if draw(st.booleans()) else f"task/ü-{t}"
         n_calls = draw(st.integers(1, 4))
+        ns = draw(st.none() | st.just("shared"))  # one per task: kept blocks stay in theirs
         ctx = 0
         for i in range(n_calls):
             keep = draw(st.integers(0, ctx))
@@ -100,7 +108,7 @@ def traces(draw) -> Trace:
                     at_s=draw(st.none() | _finite),
                     tail_gap_s=draw(st.none() | _finite) if i == n_calls - 1 else None,
                     recorded=draw(st.none() | st.fixed_dictionaries({"start_s": _finite})),
-                    ns=draw(st.none() | st.just("shared")),
+                    ns=ns,
                     parent=parent,
                 )
             )
@@ -229,6 +237,28 @@ def test_unknown_header(tmp_path: Path) -> None:
     assert (e.line, e.field) == (1, "format") and "unknown format" in e.why
     e = _error(tmp_path, [{**HEADER, "colour": "red"}, CALL0])
     assert (e.line, e.field) == (1, "colour")
+
+
+def test_a_block_size_past_a_calls_limit_is_refused(tmp_path: Path) -> None:
+    """validate said ok and `trace stats` asked for 7.45 GiB to expand one id."""
+    header = {**HEADER, "tokens": "blocks", "block_size": 1_000_000_000}
+    e = _error(tmp_path, [header, {"task": "a", "call": 0, "append": [1], "prompt_len": 5}])
+    assert (e.line, e.field) == (1, "block_size") and "at most 16,777,216" in e.why
+
+
+def test_keeping_blocks_across_a_namespace_change_is_refused(tmp_path: Path) -> None:
+    """A kept block is the previous prompt's tokens (made in its namespace), so a task whose
+    call keeps blocks under another `ns` would replay other tokens than the spec defines."""
+    header = {**HEADER, "tokens": "blocks", "block_size": 4}
+    c0 = {"task": "a", "call": 0, "gap_s": 0, "keep": 0, "ns": "x", "append": [1], "prompt_len": 4,
+          "output_len": 1}  # fmt: skip
+    moved = {**c0, "call": 1, "ns": "y", "keep": 1, "append": [2], "prompt_len": 8}
+    e = _error(tmp_path, [header, c0, moved])
+    assert (e.line, e.field) == (3, "ns") and "'y' differs" in e.why and "'x'" in e.why
+    p = tmp_path / "ok.jsonl"  # the same namespace, or a fresh start in another, read fine
+    rows = [header, c0, {**moved, "ns": "x"}, {**moved, "call": 2, "keep": 0, "prompt_len": 4}]
+    p.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in rows))
+    assert [c.ns for c in read_trace(p).tasks["a"]] == ["x", "x", "y"]
 
 
 def test_unsupported_version(tmp_path: Path) -> None:
@@ -438,3 +468,22 @@ def test_each_steps_output_is_its_calls_output_ids(trace: Trace, batch_tokens: i
                 assert len(step.output) == step.call.output_len
     finally:
         model._OUTPUT_BATCH_TOKENS = saved
+
+
+@pytest.mark.parametrize("field", ["after", "parent"])
+def test_an_open_loop_call_with_a_dependency_is_refused(tmp_path: Path, field: str) -> None:
+    """Every call has at_s, so each is sent at its time: an `after` or `parent` would be dropped
+    without a word (validate said ok and the replay sent all three calls at 0 s)."""
+    a0 = {**CALL0, "at_s": 0.0}
+    b0 = {**CALL0, "task": "b", "at_s": 0.0}
+    a1 = {**CALL1, "at_s": 0.0}
+    if field == "after":
+        a1["after"] = [["b", 0]]
+    else:
+        b0["parent"] = ["a", 0]
+    p = tmp_path / "ol.jsonl"
+    _write(p, [HEADER, a0, b0, a1])
+    with pytest.raises(TraceError) as ei:
+        read_trace_checked(p)  # what `replay trace validate` and every replay read
+    assert ei.value.field == field and "open-loop" in ei.value.why
+    assert ei.value.line == (4 if field == "after" else 3)

@@ -57,9 +57,11 @@ def _agents(seed: int) -> Trace:
 
 
 def _open_loop(trace: Trace) -> Trace:
-    """The same trace as an open-loop one: arrivals at epoch seconds plus its closed-loop times."""
+    """The same trace as an open-loop one: arrivals at epoch seconds plus its closed-loop times
+    (the dependencies dropped: each call is sent at its time)."""
     t = _oracle_times_s(trace)
-    return Trace(trace.header, [replace(c, at_s=1.7e9 + t[c.ref]) for c in trace.calls])
+    calls = [replace(c, at_s=1.7e9 + t[c.ref], after=(), parent=None) for c in trace.calls]
+    return Trace(trace.header, calls)
 
 
 def _round_trip(trace: Trace, tmp_path) -> Trace:

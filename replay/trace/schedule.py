@@ -220,8 +220,9 @@ class ClosedLoop:
 
 
 def is_open_loop(trace: Trace) -> bool:
-    """True when every call has `at_s`; a mix, arrivals out of order within a task, or arrivals
-    spread over more than `MAX_SPAN_S` raise TraceError (FILE:LINE: at_s: why)."""
+    """True when every call has `at_s`; a mix, arrivals out of order within a task, arrivals
+    spread over more than `MAX_SPAN_S`, or an open-loop call with `after` or `parent` raise
+    TraceError (FILE:LINE: field: why)."""
     file = trace.path or "trace"
     with_at = [c for c in trace.calls if c.at_s is not None]
     if not with_at:
@@ -235,6 +236,16 @@ def is_open_loop(trace: Trace) -> bool:
             f"{len(with_at)} of {len(trace.calls)} calls have arrival times; a trace is either open "
             "loop (every call has at_s) or closed loop (none has)",
         )
+    for c in trace.calls:  # open loop sends each call at its at_s: no dependency could hold it
+        ignored = "after" if c.after else "parent" if c.parent else None
+        if ignored:
+            raise TraceError(
+                file,
+                c.line or None,
+                ignored,
+                "an open-loop call (every call has at_s) is sent at its at_s, so this dependency "
+                f"would be ignored: drop {ignored} here, or at_s everywhere to replay closed loop",
+            )
     for task, calls in trace.tasks.items():
         for a, b in zip(calls, calls[1:], strict=False):
             if float(b.at_s or 0.0) < float(a.at_s or 0.0):

@@ -83,6 +83,12 @@ def check_header(obj: dict, file: str) -> TraceHeader:
             f"must be at most 2^31 = {MAX_VOCAB_SIZE:,} (ids are 32-bit), got {vocab:,}",
         )
     block_size = ln.int_("block_size", minimum=1, required=tokens == "blocks")
+    if block_size is not None and block_size > MAX_CALL_TOKENS:
+        # a block's tokens are made whole: a larger one asked for gigabytes to expand one id
+        raise ln.fail(
+            "block_size",
+            f"must be at most {MAX_CALL_TOKENS:,} tokens (a call's limit), got {block_size:,}",
+        )
     meta = obj.get("meta")
     meta = {} if meta is None else meta
     if not isinstance(meta, dict):
@@ -100,10 +106,11 @@ def check_header(obj: dict, file: str) -> TraceHeader:
 class TaskState:
     """What validation remembers about a task: its next index and previous context length."""
 
-    __slots__ = ("next_index", "ctx_len", "last_line")
+    __slots__ = ("next_index", "ctx_len", "last_line", "ns")
 
     def __init__(self) -> None:
         self.next_index = 0
+        self.ns: str | None = None  # blocks traces: the namespace the kept blocks were made in
         self.ctx_len = 0  # tokens (ids traces) or blocks (blocks traces) a `keep` may refer to
         self.last_line = 0
 
@@ -152,6 +159,15 @@ def check_call(
                 f"{int(n):,} tokens is past any model's context ({MAX_CALL_TOKENS:,} at most): "
                 "a unit or field mix-up?",
             )
+    ns = ln.str_("ns", required=False)
+    if blocks and keep and (ns or task) != st.ns:
+        # a kept block is the previous prompt's tokens, made in its namespace: in another one
+        # the same id stands for other tokens, so the prompt would not be what the spec says
+        raise ln.fail(
+            "ns",
+            f"{ns or task!r} differs from the task's previous call's {st.ns!r} while it keeps "
+            f"{keep} blocks; keep 0 to start over in another namespace",
+        )
     after = _after(ln, obj, task)
     parent = _parent(ln, obj, task, index)
     recorded = _recorded(ln, obj)
@@ -159,6 +175,7 @@ def check_call(
     st.ctx_len = keep + len(append) if blocks else int(prompt_len) + int(output_len or 0)
     st.next_index = index + 1
     st.last_line = lineno
+    st.ns = ns or task
     return Call(
         task=task,
         index=index,
@@ -172,7 +189,7 @@ def check_call(
         at_s=ln.seconds("at_s", required=False),
         tail_gap_s=ln.seconds("tail_gap_s", required=False),
         recorded=recorded,
-        ns=ln.str_("ns", required=False),
+        ns=ns,
         parent=parent,
         line=lineno,
     )
