@@ -117,7 +117,10 @@ def test_weka_subagent_timing_semantics(weka: Trace) -> None:
         # names), not from the entry's `t`, when the sub-agent reported back seconds later.
         joined = {task for task, _ in calls[nxt].after}
         last_end = max(
-            o["t"] - o["duration_ms"] / 1000 + o["requests"][-1]["t"] + o["requests"][-1]["api_time"]
+            o["t"]
+            - o["duration_ms"] / 1000
+            + o["requests"][-1]["t"]
+            + o["requests"][-1]["api_time"]
             for o in subs
             if f"trace_0277/{o['agent_id']}" in joined
         )
@@ -433,6 +436,8 @@ def test_efficientagent_release_layout_round_trips_the_generators_trace(tmp_path
     want = fixture_trace()
     write_fixture(tmp_path, want)
     _same_trace(import_trace("efficientagent", [tmp_path]), want)
+    # the manifest named stands for its folder (it was read as a task file: "invalid JSON")
+    _same_trace(import_trace("efficientagent", [tmp_path / "trace_manifest.json"]), want)
 
 
 def test_efficientagent_fixture_is_in_the_release_layout() -> None:

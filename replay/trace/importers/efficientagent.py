@@ -200,6 +200,9 @@ def import_efficientagent(
     sources: Sequence[str | os.PathLike], vocab_size: int | None = None
 ) -> Trace:
     """Import `replay_trace.v1` directories (or task files) into one ids trace."""
+    # the manifest named itself stands for its directory (it was read as a task file and
+    # refused as invalid JSON)
+    sources = [Path(s).parent if Path(s).name == MANIFEST_NAME else s for s in sources]
     manifest: dict = {}
     hashed: dict[Path, bytes] = {}
     for s in sources:
