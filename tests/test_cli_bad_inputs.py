@@ -355,6 +355,8 @@ BAD_ARGS: list[tuple[str, list[str], str]] = [
      r"sim options: --device-kv-gib: must be in \[0, 1,048,576\] GiB, got 1e\+300"),
     ("run_step_overhead_negative", [*SIM, "--step-overhead-s", "-1"],
      r"sim options: --step-overhead-s: must be a finite number >= 0"),
+    ("run_time_scale_sim", [*SIM, "--time-scale", "5"],  # recorded in run.json and ignored
+     r"run: --time-scale: paces `replay sim serve` in wall time; --engine sim runs in virtual"),
     ("run_time_scale_nan", [*SIM, "--time-scale", "nan"],
      r"sim options: --time-scale: must be a finite number >= 0, got nan"),
     ("run_sim_seed_negative", [*SIM, "--jitter", "0.05", "--seed", "-1"],

@@ -45,6 +45,12 @@ def test_unknown_preset_names_list_the_valid_ones():
         ({"efficiency": 1.5}, "--efficiency"),
         ({"device_kv_gib": 1e-9}, "--device-kv-gib"),
         ({"host_tier_gib": -1}, "--host-tier-gib"),
+        # less than one 6 MiB chunk: it was no tier, without a word
+        ({"host_tier_gib": 0.005}, "--host-tier-gib"),
+        ({"host_tier_gib": 1, "chunk_tokens": 1_000_000}, "--host-tier-gib"),
+        # the llamacpp personality's RAM tier holds whole prompts: these were ignored
+        ({"personality": "llamacpp", "admission": "fixed"}, "--admission"),
+        ({"personality": "llamacpp", "write_policy": "write-back"}, "--write-policy"),
     ],
 )
 def test_invalid_config_names_the_flag(kw, flag):

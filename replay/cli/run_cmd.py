@@ -231,6 +231,14 @@ def command(
     ]
     if engine is not None and given_http:  # were taken and ignored
         raise ConfigError("run", ", ".join(given_http), "server options need --url URL")
+    time_scale = simopts.get("time_scale")
+    if engine is not None and time_scale is not None and 0 < time_scale < float("inf"):
+        # recorded in run.json and ignored: the in-process simulator runs in virtual time
+        raise ConfigError(
+            "run",
+            "--time-scale",
+            "paces `replay sim serve` in wall time; --engine sim runs in virtual time (drop it)",
+        )
     if url is not None:
         from replay.driver.http_common import HttpOptions
 

@@ -49,7 +49,8 @@ _OPTIONS: list[tuple[str, dict[str, Any]]] = [
         "--kappa",
         {
             "type": int,
-            "help": "fixed/conditioned: a call that computed more full chunks writes none",
+            "help": "fixed/conditioned: a call whose prompt has more than this many full chunks "
+            "beyond the prefix the host tier holds writes none",
         },
     ),
     ("--rate-limit-gib-s", {"type": float, "help": "rate: host-write budget, GiB/s"}),

@@ -165,6 +165,19 @@ class SimConfig:
             load_costs(self.costs)  # a missing or malformed file is a ConfigError naming it
         if self.device_blocks < 1:
             raise bad("device_kv_gib", "holds less than one KV block; make it larger")
+        if self.personality == "llamacpp":
+            # its RAM tier stores whole prompts (replay.sim.personality): the chunked tier's
+            # policies would be taken and ignored
+            for f, default in (("write_policy", "write-through"), ("admission", "all")):
+                if getattr(self, f) != default:
+                    raise bad(f, f"the llamacpp personality has no chunked host tier: keep {default}")
+        elif self.host_tier_gib and self.host_chunks < 1:
+            mib = self.chunk_bytes / 2**20
+            raise bad(
+                "host_tier_gib",
+                f"holds less than one host chunk ({self.chunk_tokens} tokens, {mib:,.2f} MiB); "
+                "make it larger, or 0 for no host tier",
+            )
 
     def _apply_batch_defaults(self) -> None:
         """Replace max_num_batched_tokens and max_num_seqs by the rule's values for the card. A
