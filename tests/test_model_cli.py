@@ -165,6 +165,21 @@ def test_economics_and_sessions(capsys):
             "nonexistent",
         ),
         (["--economics", "--model", "gpt-9"], "valid: llama-3-70b"),
+        (  # printed a table; the simulator refuses it
+            [
+                "--trace",
+                "t.jsonl",
+                "--pool",
+                "2",
+                "--bytes-per-token",
+                "1",
+                "--chunk-tokens",
+                "100",
+                "--device-gib",
+                "1",
+            ],  # fmt: skip
+            "--chunk-tokens: must be a multiple of --block-tokens",
+        ),
     ],
 )
 def test_bad_input_is_one_line_exit_2(capsys, argv, says):
@@ -231,3 +246,36 @@ def test_a_trace_prediction_without_a_device_says_so_whole_and_lists_its_tiers_a
     assert "give --device-gib for the run's device KV per rank (the engine's device_kv_gib)" in err
     tiers = [line.split()[0] for line in out.splitlines()[3:8]]
     assert tiers == ["0", "2.5", "5", "10", "20"], out
+
+
+def test_more_slots_than_tasks_count_only_the_tasks_in_the_working_set(capsys, trace_file):
+    """4 tasks on 100 slots: at most 4 agents are ever active, so the working set is (4 - 1) x
+    the mean prompt, as --pool 4 gives (it was 99 x)."""
+    common = ["--trace", str(trace_file), "--bytes-per-token", "1000", "--tiers-gib", "1"]
+    for mode in (["--closed-form"], ["--device-gib", "1", "--no-pays"]):
+        docs = {}
+        for pool in ("4", "100"):
+            try:
+                main(["predict", *mode, *common, "--pool", pool, "--json"])
+            except SystemExit as e:
+                assert e.code in (0, None)
+            out, err = capsys.readouterr()
+            docs[pool] = orjson.loads(out)
+            assert ("at most 4 are active at once" in err) == (pool == "100"), err
+        assert docs["100"]["working_set_gib"] == docs["4"]["working_set_gib"] > 0
+
+
+def test_prompts_in_flight_past_the_device_get_a_note(capsys, trace_file):
+    """The model neither pins running calls' blocks nor queues admission: where pool x mean prompt
+    outgrows the device it counts device hits high (docs/model.md), and says so."""
+    argv = ["predict", "--trace", str(trace_file), "--pool", "4", "--bytes-per-token", "1",
+            "--tiers-gib", "0", "--no-pays"]  # fmt: skip
+    errs = {}
+    for device_tokens in (64, 10**6):
+        try:
+            main([*argv, "--device-gib", str(device_tokens / 2**30)])
+        except SystemExit as e:
+            assert e.code in (0, None)
+        errs[device_tokens] = capsys.readouterr().err
+    assert "does not pin running calls' blocks or queue admission" in errs[64]
+    assert "in flight" not in errs[10**6]

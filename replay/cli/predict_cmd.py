@@ -319,6 +319,7 @@ def command(**o) -> None:
 
             trace = read_trace(path)
             mean = trace.prompt_tokens / max(1, len(trace))
+            pool = _active_agents(pool, len(trace.tasks))
         doc = closed_form(pool, mean, bpt, tiers).to_dict()
         _emit(doc, o["as_json"], o["out"], _print_closed_form)
     elif mode == "economics":
@@ -386,6 +387,37 @@ def _check_same_trace(run_dir: str, trace_path: str) -> None:
         )  # fmt: skip
 
 
+def _active_agents(pool: int, tasks: int) -> int:
+    """The most agents a trace of `tasks` tasks has active at once under `pool` slots."""
+    if pool > tasks:
+        click.echo(
+            f"replay: note: the trace has {tasks} tasks, so at most {tasks} are active at once: "
+            f"the working set counts {tasks} agents, not --pool {pool}",
+            err=True,
+        )
+    return min(pool, tasks)
+
+
+def _saturation_note(trace, pool: int, device_tokens: int) -> None:
+    """The model looks up each call as if its blocks were free to stay: it neither pins a
+    running call's blocks nor queues a call the device cannot fit, so where the prompts in
+    flight outgrow the device its hits come out high and its computed prefill low."""
+    active = min(pool, len(trace.tasks))
+    mean = trace.prompt_tokens / max(1, len(trace))
+    in_flight = int(active * mean)
+    if device_tokens and in_flight > device_tokens:
+        click.echo(
+            f"replay: note: {active} agents' prompts (mean {mean:,.0f} tokens) can put about "
+            f"{in_flight:,} tokens in flight against the device's {device_tokens:,}: the model "
+            "does not pin running calls' blocks or queue admission, so where calls overlap that "
+            "much it counts device hits high and computed prefill low (docs/model.md: the "
+            "paper-scale trace at pool "
+            "16 on 10 GiB, 7x low with no host tier); the simulator (replay run --engine sim) "
+            "models it",
+            err=True,
+        )
+
+
 def _trace_mode(o: dict, tiers: list[float]) -> None:
     from replay.trace.io import read_trace
 
@@ -405,6 +437,10 @@ def _trace_mode(o: dict, tiers: list[float]) -> None:
     for flag in ("chunk_tokens", "block_tokens"):
         if o[flag] <= 0:
             raise ConfigError(WHERE, "--" + flag.replace("_", "-"), "must be positive")
+    if device_tokens and o["chunk_tokens"] % o["block_tokens"]:  # as the simulator refuses it
+        raise ConfigError(
+            WHERE, "--chunk-tokens", "must be a multiple of --block-tokens with a device tier"
+        )
     service = None
     if o["hardware"]:
         if o["model"] is None:
@@ -429,6 +465,8 @@ def _trace_mode(o: dict, tiers: list[float]) -> None:
             "them all",
             err=True,
         )
+    _active_agents(pool, len(trace.tasks))
+    _saturation_note(trace, pool, device_tokens)
     if o["order"].startswith("run:"):
         _check_same_trace(o["order"][4:], path)
     doc = predict_tiers(

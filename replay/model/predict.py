@@ -138,7 +138,8 @@ def predict_tiers(
         queued = QueuedModels(keyed, trace, pool, svc, device_tokens, model, pacing)
     points = [queued.at(cap) if queued else model for cap in capacities]
     mean_prompt = model.prompt_tokens / model.calls if model.calls else 0.0
-    ws = working_set_bytes(pool, mean_prompt, bytes_per_token)
+    # a trace of fewer tasks than slots never has more agents active than it has tasks
+    ws = working_set_bytes(min(pool, max(1, len(trace.tasks))), mean_prompt, bytes_per_token)
     tiers = []
     for gib, cap, point in zip(tiers_gib, capacities, points, strict=True):
         row = point.at(cap, float(gib)).to_dict()

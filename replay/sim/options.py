@@ -170,7 +170,9 @@ class SimConfig:
             # policies would be taken and ignored
             for f, default in (("write_policy", "write-through"), ("admission", "all")):
                 if getattr(self, f) != default:
-                    raise bad(f, f"the llamacpp personality has no chunked host tier: keep {default}")
+                    raise bad(
+                        f, f"the llamacpp personality has no chunked host tier: keep {default}"
+                    )
         elif self.host_tier_gib and self.host_chunks < 1:
             mib = self.chunk_bytes / 2**20
             raise bad(
