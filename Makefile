@@ -171,6 +171,8 @@ gpu-check: $(STAMP) ## one GPU, <= 10 min: vLLM, vLLM+LMCache, SGLang+HiCache fo
 # Elsewhere: make weka-traces WEKA=DIR (the folder holding trace_0291.json).
 WEKA ?= ../shared/traces/weka
 SCALED := .cache/traces
+# made again when the code that makes them changes (a stale trace would test the old importer)
+WEKA_CODE := replay/trace/importers/weka.py replay/trace/scale.py
 .PHONY: weka-traces weka-found
 
 weka-traces: $(SCALED)/weka-pair-k64.jsonl.gz $(SCALED)/weka-0277-k64.jsonl.gz ## scale two WEKA traces from ../shared (WEKA=DIR) 1/64 into .cache/traces
@@ -178,13 +180,13 @@ weka-traces: $(SCALED)/weka-pair-k64.jsonl.gz $(SCALED)/weka-0277-k64.jsonl.gz #
 weka-found:
 	@test -f $(WEKA)/trace_0291.json || { echo "make: no WEKA traces in $(WEKA): give WEKA=DIR, the folder holding trace_0291.json (docs/trace.md)" >&2; exit 1; }
 
-$(SCALED)/weka-pair-k64.jsonl.gz: $(STAMP) | weka-found
+$(SCALED)/weka-pair-k64.jsonl.gz: $(STAMP) $(WEKA_CODE) | weka-found
 	mkdir -p $(SCALED)
 	$(BIN)/replay trace import --from weka $(WEKA)/trace_0291.json $(WEKA)/trace_0485.json \
 		-o $(SCALED)/weka-pair.jsonl.gz --vocab-size 8192
 	$(BIN)/replay trace scale $(SCALED)/weka-pair.jsonl.gz --tokens 1/64 -o $@
 
-$(SCALED)/weka-0277-k64.jsonl.gz: $(STAMP) | weka-found
+$(SCALED)/weka-0277-k64.jsonl.gz: $(STAMP) $(WEKA_CODE) | weka-found
 	mkdir -p $(SCALED)
 	$(BIN)/replay trace import --from weka $(WEKA)/trace_0277.json \
 		-o $(SCALED)/weka-0277.jsonl.gz --vocab-size 8192

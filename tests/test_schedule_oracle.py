@@ -66,6 +66,8 @@ def trace_specs(draw, open_loop: bool = False, gaps=GAPS):
             for spec in specs:
                 t += draw(st.floats(0, 3))
                 spec["at"] = t + 100.0  # rebased to the first arrival
+                spec.pop("after", None)  # each call is sent at its time: the reader refuses
+                spec.pop("parent", None)  # a dependency in an open-loop trace
     return tasks
 
 
