@@ -31,11 +31,20 @@ def spread(values: list[float], digits: int = 2) -> dict:
 
     Goals are checked on the median: one lucky or unlucky repetition on a shared machine moves
     the min or the max, not the median.
+
+    `median_exact` is the unrounded median, which the goals compare (a rounded 19.996 read 20.0
+    and passed a ">= 20" goal). Missing values (None: a repetition that measured nothing) are
+    refused rather than counted as 0.
     """
+    if any(v is None for v in values):
+        raise ValueError(f"a repetition measured nothing: {values}")
     if not values:
-        return {"median": None, "min": None, "max": None, "n": 0, "text": "n/a"}
-    med, lo, hi = (round(float(v), digits) for v in (median(values), min(values), max(values)))
-    return {"median": med, "min": lo, "max": hi, "n": len(values), "text": f"{med} [{lo}-{hi}]"}
+        return {"median": None, "median_exact": None, "min": None, "max": None, "n": 0,
+                "text": "n/a"}  # fmt: skip
+    exact = float(median(values))
+    med, lo, hi = (round(float(v), digits) for v in (exact, min(values), max(values)))
+    return {"median": med, "median_exact": exact, "min": lo, "max": hi, "n": len(values),
+            "text": f"{med} [{lo}-{hi}]"}  # fmt: skip
 
 
 def load_avg_1m() -> float:
