@@ -193,7 +193,30 @@ def test_summary_takes_the_median_ratio_and_checks_the_goals():
         "aiperf_over_replay_cpu>=5x": False,
         "replay_lateness_p99<=aiperf": True,
     }
-    assert "mooncake" not in summarize(cpu, late, 256, None)
+    # without the Mooncake slice its goal is unmet (None), not absent: absent read as met
+    without = summarize(cpu, late, 256, None)
+    assert without["goals"]["replay_lateness_p99<=aiperf"] is None
+    assert "missing" in without["mooncake"]["skipped"]
+
+
+def test_a_goal_compares_the_unrounded_median():
+    """Ratios 4.996, 4.996, 4.996 print as 5.0 but are under 5: the goal was met on the rounding."""
+    cpu = {"replay": [_cpu_rep(1.0)] * 3, "aiperf": [_cpu_rep(4.996)] * 3}
+    out = summarize(cpu, {}, 256, None)
+    assert out["aiperf_over_replay_cpu_per_request"] == 5.0
+    assert out["goals"]["aiperf_over_replay_cpu>=5x"] is False
+
+
+def test_a_run_with_a_failed_request_stops_the_bench(tmp_path):
+    """A failed request costs the client little CPU; counted, it lowered the CPU per request."""
+    from benchmarks.bench_peers import _all_served
+
+    log = tmp_path / "r.log"
+    log.write_text("connection refused\n")
+    _all_served("replay run", {"requests": 256, "errors": 0}, 256, log)
+    for m in ({"requests": 256, "errors": 3}, {"requests": 250, "errors": 0}):
+        with pytest.raises(SystemExit, match="of 256 requests served ok"):
+            _all_served("replay run", m, 256, log)
 
 
 def test_without_aiperf_installed_the_bench_says_how_in_one_line_and_exits_2(tmp_path):
