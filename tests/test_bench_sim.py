@@ -38,3 +38,19 @@ def test_pool_floor_runs_the_whole_trace():
 def test_work_floor_expands_keys_and_rows_every_call():
     trace = _trace()
     assert work_floor_cpu_s(trace) > 0
+
+
+def test_a_points_records_hash_alike_in_every_repetition_and_a_change_shows():
+    """The digest the bench compares across repetitions: the same point twice hashes the same,
+    another tier size (other records) does not, and the summary says whether they agree."""
+    import dataclasses
+
+    from benchmarks.bench_sim import CONFIG, _point, _summary
+
+    trace = _trace()
+    small = dataclasses.replace(CONFIG, device_kv_gib=0.02, host_tier_gib=0.05)
+    a, b = _point(trace, small), _point(trace, small)
+    other = _point(trace, dataclasses.replace(small, host_tier_gib=0.0))
+    assert a["records_sha256"] == b["records_sha256"] != other["records_sha256"]
+    assert _summary([a, b])["records_identical"] is True
+    assert _summary([a, other])["records_identical"] is False
