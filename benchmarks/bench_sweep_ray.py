@@ -35,7 +35,7 @@ from replay.sweep.runner import SweepRunner, run_sweep
 
 EXPERIMENT = os.environ.get("BENCH_SWEEP_EXP", "experiments/quick.toml")
 SLOTS = 2
-ROUNDS = int(os.environ.get("BENCH_SWEEP_ROUNDS", "3"))
+ROUNDS = max(3, int(os.environ.get("BENCH_SWEEP_ROUNDS", "3")))  # a median needs 3
 _SAMPLE_EVERY_S = 0.25
 
 
@@ -205,6 +205,8 @@ def run() -> dict:
     fresh_s = spread([s["wall"] for s in fresh])
     warm_s = spread([s["wall"] for s in warm])
     start = spread(start_s)
+    per_round = spread([q["wall"] / f["wall"] for q, f in zip(sequential, fresh, strict=True)])
+    per_round_warm = spread([q["wall"] / w["wall"] for q, w in zip(sequential, warm, strict=True)])
     return {
         "experiment": EXPERIMENT,
         "runs": runs,
@@ -219,8 +221,11 @@ def run() -> dict:
         "ray_warm_wall_s": warm_s,
         # medians: first with workers not yet warm, then with warm ones
         "ray_sweep_wall_s": [fresh_s["median"], warm_s["median"]],
-        "speedup": round(seq["median"] / fresh_s["median"], 2),
-        "speedup_warm_workers": round(seq["median"] / warm_s["median"], 2),
+        # per-round ratios (each round runs both sides), median [min-max]
+        "speedup": per_round["median"],
+        "speedup_spread": per_round["text"],
+        "speedup_warm_workers": per_round_warm["median"],
+        "speedup_warm_workers_spread": per_round_warm["text"],
         "speedup_with_start": round(seq["median"] / (fresh_s["median"] + start["median"]), 2),
         # CPU seconds per sweep (medians): the head, Ray's workers, Ray's daemons
         "cpu_s": {
