@@ -271,7 +271,10 @@ def _ms(v):
 def _drift_short(url: str, trace: Trace, loop_name: str, name: str) -> dict:
     secs = DRIFT_SECONDS_HTTPX if name == "httpx" else DRIFT_SECONDS
     cpu, rows, wall, lags = _ours(url, trace, DRIFT_POOL, name, True, secs, loop_name)
-    assert rows and all(r["status"] == "ok" for r in rows), rows[:1]
+    # the run stops after `secs`: calls then in flight end cancelled; any other failure counts
+    assert rows and all(r["status"] == "ok" or r["error_kind"] == "cancelled" for r in rows), [
+        r for r in rows if r["status"] != "ok" and r["error_kind"] != "cancelled"
+    ][:1]
     return _drift_stats(rows, secs, lags, cpu, wall)
 
 
