@@ -22,6 +22,7 @@ setup: $(STAMP) ## create .venv and install the project (editable) with test and
 
 run: $(STAMP) ## the main job on the embedded default: the quick sweep on the simulator, then its report
 	$(BIN)/replay sweep experiments/quick.toml --force  # seconds to rerun; never stale after an edit
+	rm -rf results/quick/replaced-*  # what --force set aside: make again in seconds, not piled up
 	$(BIN)/replay report results/quick
 
 test: $(STAMP) ## run the test suite (unit + loopback integration; real-engine tiers are separate)
