@@ -83,19 +83,21 @@ def _usage(why: str) -> None:
     raise SystemExit(2)
 
 
-def _failed(what: str, rc: int, log: Path) -> None:
+def _stop(what: str, why: str, log: Path) -> None:
     """Stop with the end of the client's output: its directory is temporary."""
-    tail = log.read_text(errors="replace").splitlines()[-15:]
-    raise SystemExit(f"bench-peers: {what} exited {rc}; its last lines:\n" + "\n".join(tail))
+    tail = log.read_text(errors="replace").splitlines()[-15:] if log.exists() else []
+    raise SystemExit(f"bench-peers: {what} {why}; its last lines:\n" + "\n".join(tail))
+
+
+def _failed(what: str, rc: int, log: Path) -> None:
+    _stop(what, f"exited {rc}", log)
 
 
 def _all_served(what: str, m: dict, expected: int, log: Path) -> None:
     """Every request answered ok, or the run stops: a failed request costs the client little, so
     counting it would lower the CPU per request and move the ratio (both exit 0 on them)."""
     if m["errors"] or m["requests"] != expected:
-        got = f"{m['requests'] - m['errors']} of {expected} requests served ok"
-        tail = log.read_text(errors="replace").splitlines()[-15:] if log.exists() else []
-        raise SystemExit(f"bench-peers: {what}: {got}; its last lines:\n" + "\n".join(tail))
+        _stop(f"{what}:", f"{m['requests'] - m['errors']} of {expected} requests served ok", log)
 
 
 def _replay(url: str, trace_file: Path, out: Path, cpus, env, *, pool: int,
@@ -279,6 +281,7 @@ def summarize(cpu: dict, late: dict, cpu_requests: int, slice_: Trace | None) ->
     """Per-repetition figures, the median ratio and the goal checks."""
     ratios = [a["cpu_ms_per_request"] / r["cpu_ms_per_request"]
               for r, a in zip(cpu["replay"], cpu["aiperf"], strict=True)]  # fmt: skip
+    ratio = spread(ratios)
     out: dict = {
         "cpu_workload": {
             "in_flight": POOL,
@@ -288,9 +291,9 @@ def summarize(cpu: dict, late: dict, cpu_requests: int, slice_: Trace | None) ->
             "appended_tokens": 1000,
         },  # fmt: skip
         "cpu": cpu,
-        "aiperf_over_replay_cpu_per_request": spread(ratios)["median"],
-        "aiperf_over_replay_cpu_spread": spread(ratios)["text"],
-        "goals": {"aiperf_over_replay_cpu>=5x": spread(ratios)["median_exact"] >= 5},
+        "aiperf_over_replay_cpu_per_request": ratio["median"],
+        "aiperf_over_replay_cpu_spread": ratio["text"],
+        "goals": {"aiperf_over_replay_cpu>=5x": ratio["median_exact"] >= 5},
     }
     if slice_ is None:  # unmet, not absent (absent read as met)
         out["mooncake"] = {"skipped": f"{MOONCAKE / MOONCAKE_FILE} missing"}
