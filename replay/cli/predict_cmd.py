@@ -398,11 +398,10 @@ def _active_agents(pool: int, tasks: int) -> int:
     return min(pool, tasks)
 
 
-def _saturation_note(trace, pool: int, device_tokens: int) -> None:
+def _saturation_note(trace, active: int, device_tokens: int) -> None:
     """The model looks up each call as if its blocks were free to stay: it neither pins a
-    running call's blocks nor queues a call the device cannot fit, so where the prompts in
-    flight outgrow the device its hits come out high and its computed prefill low."""
-    active = min(pool, len(trace.tasks))
+    running call's blocks nor queues a call the device cannot fit, so where the prompts of the
+    `active` agents outgrow the device its hits come out high and its computed prefill low."""
     mean = trace.prompt_tokens / max(1, len(trace))
     in_flight = int(active * mean)
     if device_tokens and in_flight > device_tokens:
@@ -411,9 +410,8 @@ def _saturation_note(trace, pool: int, device_tokens: int) -> None:
             f"{in_flight:,} tokens in flight against the device's {device_tokens:,}: the model "
             "does not pin running calls' blocks or queue admission, so where calls overlap that "
             "much it counts device hits high and computed prefill low (docs/model.md: the "
-            "paper-scale trace at pool "
-            "16 on 10 GiB, 7x low with no host tier); the simulator (replay run --engine sim) "
-            "models it",
+            "paper-scale trace at pool 16 on 10 GiB, 7x low with no host tier); the simulator "
+            "(replay run --engine sim) models it",
             err=True,
         )
 
@@ -465,8 +463,7 @@ def _trace_mode(o: dict, tiers: list[float]) -> None:
             "them all",
             err=True,
         )
-    _active_agents(pool, len(trace.tasks))
-    _saturation_note(trace, pool, device_tokens)
+    _saturation_note(trace, _active_agents(pool, len(trace.tasks)), device_tokens)
     if o["order"].startswith("run:"):
         _check_same_trace(o["order"][4:], path)
     doc = predict_tiers(
