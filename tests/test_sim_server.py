@@ -242,6 +242,53 @@ def test_time_scale_paces_answers_in_wall_time():
     assert fast < slow
 
 
+def test_a_stream_sends_each_decode_step_token_at_that_steps_end():
+    """Each token comes in its own chunk when its decode step ends on the server's clock (as an
+    engine streams), never before it: TT2T is one step after the first token, not the whole
+    request (the rest used to come in one chunk at the end)."""
+    import asyncio
+
+    from replay.sim.engine import SimEngine
+    from replay.sim.server import build_app
+
+    scale = 5.0  # wall s per simulated s: an 8B decode step is ~5 ms simulated, ~25 ms wall
+    cfg = SimConfig(hardware="h100", model="llama-3-8b", tp=1, device_kv_gib=2, time_scale=scale)
+    n, prompt = 8, 2048
+    step_s = float(SimEngine(cfg).cost.decode_cum_s(1, prompt, n)[0])  # the shortest: the first
+    forced = list(range(500, 500 + n))
+
+    async def chunks() -> list[tuple[float, list[int], str | None]]:
+        body = {
+            "prompt": list(range(prompt)),
+            "max_tokens": n,
+            "stream": True,
+            "forced_output_ids": forced,
+            "return_token_ids": True,
+        }
+        got = []
+        async with (
+            _serving(build_app(cfg)) as port,
+            httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as c,
+            c.stream("POST", "/v1/completions", json=body) as r,
+        ):
+            async for line in r.aiter_lines():
+                if line.startswith("data: {"):
+                    choice = orjson.loads(line.removeprefix("data: "))["choices"][0]
+                    got.append((time.monotonic(), choice["token_ids"], choice["finish_reason"]))
+        return got
+
+    warm_up(cfg)
+    got = asyncio.run(chunks())
+    assert [t for _, ids, _ in got for t in ids] == forced
+    assert [f for *_, f in got] == [None] * (len(got) - 1) + ["length"]
+    assert len(got[0][1]) == 1 and len(got) >= 3  # the first token alone, the rest not at once
+    t_first, tokens = got[0][0], 1
+    for t, ids, _ in got[1:]:
+        tokens += len(ids)
+        # token k's step ends (k - 1) decode steps after the first token: never sooner
+        assert t - t_first >= 0.9 * (tokens - 1) * step_s * scale, (tokens, t - t_first)
+
+
 def test_a_client_that_goes_away_mid_stream_is_not_an_error(caplog):
     """A cancelled call (or a client's Ctrl-C) closes its connection mid-stream: the server
     goes on quietly (it logged a traceback per call: thousands of lines after a pool's Ctrl-C)."""

@@ -56,6 +56,10 @@ class LoopSimClock:
     def end_wait(self) -> None:
         pass
 
+    def wall_s(self, dt_s: float) -> float:
+        """Loop seconds that `dt_s` simulated ones take."""
+        return max(0.0, dt_s)
+
 
 class ScaledSimClock:
     """Simulated time for the HTTP server: `scale` wall s per simulated s; 0 runs steps at once."""
@@ -84,6 +88,10 @@ class ScaledSimClock:
     def end_wait(self) -> None:
         self._rebase()
 
+    def wall_s(self, dt_s: float) -> float:
+        """Wall seconds that `dt_s` simulated ones take (0 as fast as possible)."""
+        return max(0.0, dt_s * self.scale)
+
 
 class EngineRunner:
     """Runs the engine loop on the running asyncio loop; `submit` hands it a request."""
@@ -100,6 +108,10 @@ class EngineRunner:
         self._plan: Plan | None = None
         self._cum = np.empty(0)
         self._k = 0
+        self._steps_cap = 0  # steps of the plan in flight that will be committed (a cut lowers it)
+        # the HTTP server's streams: called when a plan starts, is cut or the loop goes idle
+        # (None in process, where no stream reads tokens before their request ends)
+        self.on_change: Callable[[], None] | None = None
         # virtual time: a wait nothing else can interrupt ends at once (`advance_if_alone`)
         self._advance_if_alone: Callable[[float], bool] | None = None
         self._inline = False  # the wait just begun has ended: `_resume` runs its `then` next
@@ -132,6 +144,33 @@ class EngineRunner:
         if self.error is None:
             self.engine.cancel(seq)
             self._wake()
+
+    def tokens_ready(self, seq: Seq) -> int:
+        """Output tokens `seq` has by now: those committed, plus one for each step of the plan
+        in flight that holds it as a decode and has ended (a step's token exists at its end, as
+        an engine streams it; a cut keeps every step that ended, so none is taken back)."""
+        plan = self._plan
+        n = seq.generated
+        if plan is not None and any(s is seq for s in plan.decode):
+            ended = int(np.searchsorted(self._cum, self.clock.now() - plan.start, side="right"))
+            n += min(ended, self._steps_cap)
+        return min(n, seq.output_len)
+
+    def next_step_wall_s(self, seq: Seq) -> float | None:
+        """Wall seconds until the next step of the plan in flight that gives `seq` a token
+        ends; None when no planned step does (it is waiting, prefilling or idle)."""
+        plan = self._plan
+        if plan is None or not any(s is seq for s in plan.decode):
+            return None
+        elapsed = self.clock.now() - plan.start
+        k = int(np.searchsorted(self._cum, elapsed, side="right"))
+        if k >= self._steps_cap:
+            return None
+        return self.clock.wall_s(float(self._cum[k]) - elapsed)
+
+    def _changed(self) -> None:
+        if self.on_change is not None:
+            self.on_change()
 
     def _wake(self) -> None:
         if self._wakeable and self._loop is not None:  # cut the wait, one loop turn from now
@@ -194,15 +233,17 @@ class EngineRunner:
                 # TTL pin the moment the server went idle)
                 t = None
             self._wait(None if t is None else t - now, True, self._idle_done)
+            self._changed()
             return
         factor = eng.service_factor()
         cum = plan.cum if factor == 1.0 else plan.cum * factor
-        self._plan, self._cum = plan, cum
+        self._plan, self._cum, self._steps_cap = plan, cum, len(cum)
         if plan.interruptible and len(cum) > 1:
             self._wait(float(cum[-1]), True, self._stretch_done)
         else:
             self._k = len(cum)
             self._wait(float(cum[-1]), False, self._ran)
+        self._changed()
 
     def _stretch_done(self, woken: bool) -> None:
         plan, cum = self._plan, self._cum
@@ -212,8 +253,9 @@ class EngineRunner:
             elapsed = self.clock.now() - plan.start
             k = int(np.searchsorted(cum, elapsed, side="right"))
             if k < len(cum):
-                self._k = k + 1
+                self._k = self._steps_cap = k + 1
                 self._wait(float(cum[k]) - elapsed, False, self._ran)
+                self._changed()
                 return
         self._k = k
         self._ran(False)

@@ -139,8 +139,21 @@ class SimServer:
         self.front = SimTransport(config)  # reused for request checks and keying
         self.engine = self.front.engine
         self.runner = EngineRunner(self.engine, ScaledSimClock(config.time_scale))
+        self.runner.on_change = self._on_change
+        self._change: asyncio.Future | None = None  # what streams wait on for the next plan
         self._calls: dict[str, int] = {}
         self.served_model = served_model_name or config.model
+
+    def _on_change(self) -> None:
+        if self._change is not None:
+            settle(self._change)
+            self._change = None
+
+    def changed(self) -> asyncio.Future:
+        """Resolves when the runner next starts a plan, cuts one or goes idle."""
+        if self._change is None:
+            self._change = asyncio.get_running_loop().create_future()
+        return self._change
 
     def reset_calls(self) -> None:
         """Forget per-user request numbers: the next request of each user is its call 0 again
@@ -345,8 +358,8 @@ async def _completions(srv: SimServer, request: web.Request) -> web.StreamRespon
         obj = dict(head, choices=[_choice(out_ids, "length", opts)], usage=_usage(seq))
         return web.Response(body=orjson.dumps(obj), content_type="application/json")
     try:
-        return await _stream(request, head, seq, out_ids, opts, first, done)
-    except (asyncio.CancelledError, ConnectionResetError):
+        return await _stream(request, srv, head, seq, out_ids, opts, first, done)
+    except asyncio.CancelledError:
         srv.runner.cancel(seq)  # the client went away mid-stream: free the engine of it
         raise
 
@@ -361,6 +374,7 @@ def _choice(ids: np.ndarray, finish: str | None, opts: dict) -> dict:
 
 async def _stream(
     request: web.Request,
+    srv: SimServer,
     head: dict,
     seq: Seq,
     out_ids: np.ndarray,
@@ -368,8 +382,10 @@ async def _stream(
     first: asyncio.Future,
     done: asyncio.Future,
 ) -> web.StreamResponse:
-    """The event stream of one request: the first token when the engine emits it, the rest
-    when the sequence is done, then usage (if asked) and [DONE]."""
+    """The event stream of one request, as an engine streams it: the first token when its prefill
+    ends, then each decode step's token at that step's end (on the server's clock; tokens due
+    while the handler was busy go together), the last with its finish reason once the request is
+    done, then usage (if asked) and [DONE]."""
     resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
     await resp.prepare(request)
 
@@ -379,11 +395,21 @@ async def _stream(
 
     try:
         await asyncio.wait([first, done], return_when=asyncio.FIRST_COMPLETED)
+        sent = 0
         if first.done() and len(out_ids):
             await send(dict(head, choices=[_choice(out_ids[:1], None, opts)]))
+            sent = 1
+        while not done.done():
+            ready = min(srv.runner.tokens_ready(seq), len(out_ids) - 1)  # the last: at the end
+            if ready > sent:
+                await send(dict(head, choices=[_choice(out_ids[sent:ready], None, opts)]))
+                sent = ready
+            delay_s = srv.runner.next_step_wall_s(seq)
+            await asyncio.wait(
+                [done, srv.changed()], timeout=delay_s, return_when=asyncio.FIRST_COMPLETED
+            )
         await done
-        rest = out_ids[1:] if first.done() and len(out_ids) else out_ids
-        await send(dict(head, choices=[_choice(rest, "length", opts)]))
+        await send(dict(head, choices=[_choice(out_ids[sent:], "length", opts)]))
         if opts["include_usage"]:
             await send(dict(head, choices=[], usage=_usage(seq)))
         await send("[DONE]")
@@ -391,7 +417,7 @@ async def _stream(
         # the client went away (a cancelled call, a client's Ctrl-C): nothing to tell it, and
         # nothing wrong here; raised on, aiohttp logged a 33-line traceback for each one
         if not done.done():
-            raise  # the caller frees the engine of the request
+            srv.runner.cancel(seq)  # free the engine of it
         return resp
     except asyncio.CancelledError:
         raise
