@@ -116,6 +116,24 @@ def test_decline_reuse_distances_by_hand():
     assert (d2.within, d2.beyond) == (1, 0)
 
 
+def test_decline_reuse_counts_from_the_decline_not_the_lookup():
+    """Chunks other requests looked up while the declining one prefilled were not above it: a
+    write at the decline would have made it the newest (docs/paper.md, Proposition 1: "between its
+    decline and its next lookup"); they used to count, calling it evicted anyway."""
+    d = DeclineReuse(capacity_chunks=2)
+    d.reference(np.array([0]))  # the declining request's lookup
+    d.reference(np.array([3, 4]))  # two other requests' lookups during its prefill
+    d.declined(np.array([0]))
+    d.reference(np.array([0]))  # nothing since the decline: within
+    assert (d.within, d.beyond, d.never) == (1, 0, 0)
+    d.reference(np.array([5]))  # two requests look 5 up, then both decline it
+    d.declined(np.array([5]))
+    d.declined(np.array([5]))
+    d.reference(np.array([6, 7]))
+    d.reference(np.array([5]))  # one chunk, one distance: 2, beyond
+    assert (d.within, d.beyond, d.never) == (1, 1, 0)
+
+
 def _engine(admission: str, kappa: int, host_gib: float) -> SimEngine:
     cfg = SimConfig(
         device_kv_gib=0.5, host_tier_gib=host_gib, chunk_tokens=B, admission=admission, kappa=kappa

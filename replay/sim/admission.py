@@ -172,7 +172,7 @@ class DeclineReuse:
     def __init__(self, capacity_chunks: int):
         self.capacity = capacity_chunks
         self._last = np.full(0, -1, dtype=np.int64)  # stamp of each key's last reference
-        self._declined = np.full(0, -1, dtype=np.int64)  # stamp at decline, -1: not pending
+        self._declined = np.full(0, -1, dtype=np.int64)  # last stamp at decline, -1: not pending
         # keys whose last reference carries each stamp (the first `_stamps` entries are live)
         self._per_stamp = np.zeros(1024, dtype=np.int64)
         self._stamps = 0
@@ -210,9 +210,12 @@ class DeclineReuse:
         self._stamps += 1
 
     def declined(self, keys: np.ndarray) -> None:
-        """These chunks (each referenced before) were declined."""
+        """These chunks (each referenced before) were declined now. The distance counts from
+        now, where a write would have made them the tier's newest, not from their lookup: chunks
+        other requests looked up in between (while this one prefilled) are not above them. A
+        chunk declined again before its next lookup is one pending chunk, from its last decline."""
         self._grow(keys)
-        self._declined[keys] = self._last[keys]
+        self._declined[keys] = self._stamps - 1
 
     @property
     def never(self) -> int:
