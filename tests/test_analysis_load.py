@@ -90,6 +90,59 @@ def test_a_number_that_is_not_a_number_is_left_out_with_a_note(tmp_path):
     )
 
 
+def test_a_run_copied_from_elsewhere_is_left_out_with_a_note(tmp_path):
+    """A run of another experiment, point, repeat or trace under this sweep's folders used to be
+    pooled into the point's mean and interval without a word."""
+    exp = tmp_path / "e"
+    sha = "ab" * 32
+    for r in range(2):
+        write_run(exp, {"host_tier_gib": 5}, r, summary={"makespan_s": 10.0},
+                  provenance={"trace_sha256": sha})  # fmt: skip
+    write_run(exp, {"host_tier_gib": 10}, 0, summary={"makespan_s": 9.0},
+              provenance={"trace_sha256": sha})  # fmt: skip
+    plan = {"experiment": "e", "runs": ["host_tier_gib=5/r0", "host_tier_gib=5/r1",
+            "host_tier_gib=10/r0", "host_tier_gib=10/r1"], "trace_sha256": sha}  # fmt: skip
+    (exp / "plan.json").write_text(json.dumps(plan))
+    # another sweep's run copied in as a repeat this plan does not have
+    write_run(exp, {"host_tier_gib": 5}, 3, summary={"makespan_s": 1.0}, experiment="other")
+    # planned folders holding another experiment's, point's, repeat's and trace's runs
+    write_run(exp, {"host_tier_gib": 10}, 1, summary={"makespan_s": 1.0}, experiment="other")
+    res = load_results(exp)
+    assert sorted(res.runs["makespan_s"]) == [9.0, 10.0, 10.0]
+    left = [n for n in res.notes if "left out" in n]
+    assert len(left) == 2
+    assert any("host_tier_gib=5/r3" in n and "plan.json lists no such run" in n for n in left)
+    assert any("host_tier_gib=10/r1" in n and "experiment 'other'" in n for n in left)
+    assert res.not_started == ["host_tier_gib=10/r1"]  # its one folder held no run of this sweep
+
+    def run_json(rel: str) -> dict:
+        return json.loads((exp / rel / "run.json").read_text())
+
+    for rel, change, why in [
+        ("host_tier_gib=10/r1", {"experiment": "e", "point": {"host_tier_gib": 5}}, "point"),
+        ("host_tier_gib=10/r1", {"point": {"host_tier_gib": 10}, "repeat": 0}, "repeat r0"),
+        ("host_tier_gib=10/r1", {"repeat": 1, "provenance": {"trace_sha256": "cd" * 32}},
+         "trace cdcdcdcdcdcd"),
+    ]:  # fmt: skip
+        doc = run_json(rel) | change
+        (exp / rel / "run.json").write_text(json.dumps(doc))
+        res = load_results(exp)
+        assert sorted(res.runs["makespan_s"]) == [9.0, 10.0, 10.0], why
+        assert any(why in n for n in res.notes if "left out" in n), (why, res.notes)
+
+
+def test_a_run_json_that_is_not_an_object_says_so(tmp_path):
+    exp = tmp_path / "e"
+    run_dir = write_run(exp, {"host_tier_gib": 5}, 0, summary={"makespan_s": 1.0},
+                        counters={"host_restore_tokens": "n/a"})  # fmt: skip
+    res = load_results(exp)
+    assert any("host_restore_tokens: not a number" in n for n in res.notes)
+    (run_dir / "run.json").write_text("[1, 2, 3]")
+    res = load_results(exp)
+    assert res.runs["status"].iloc[0] == "unreadable"
+    assert "not an object" in res.runs["error"].iloc[0]
+
+
 def test_calls_from_jsonl_skip_a_torn_last_line(tmp_path):
     rows = make_calls(1, 3)
     write_run(tmp_path, {"a": 1}, 0, summary={}, calls=rows, calls_format="jsonl")

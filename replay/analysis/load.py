@@ -155,6 +155,8 @@ def _read_run(run_dir: Path, root: Path) -> tuple[dict[str, Any], dict[str, Any]
     rel = run_dir.relative_to(root) if run_dir != root else Path(".")
     row: dict[str, Any] = {"run_dir": str(run_dir)}
     run, run_err = _read_json(run_dir / "run.json")
+    if run is not None and not isinstance(run, dict):
+        run_err = f"run.json: unreadable (a JSON {type(run).__name__}, not an object)"
     if run_err:
         notes.append(f"{rel}/{run_err}")
     counters, err = _read_json(run_dir / "counters.json")
@@ -209,6 +211,8 @@ def _read_run(run_dir: Path, root: Path) -> tuple[dict[str, Any], dict[str, Any]
                 row[key] = value
             elif value is None:
                 row.setdefault(key, None)
+            else:  # a hand-edited or foreign counters.json: said, as a summary field's is
+                notes.append(f"{rel}/counters.json: {key}: not a number ({value!r}); left out")
     provenance = _dict(run.get("provenance"))
     for column, names in PROVENANCE_KEYS.items():
         value = find_key(provenance, names) or find_key(run, names)
@@ -243,6 +247,10 @@ def load_results(results_dir: str | Path) -> Results:
     for run_dir in _run_dirs(root):
         row, point, run_notes = _read_run(run_dir, root)
         notes.extend(run_notes)
+        foreign = _foreign(row, point, run_dir, root, _dict(plan), planned)
+        if foreign:
+            notes.append(f"{run_dir.relative_to(root)}: left out: {foreign}")
+            continue
         for key, value in point.items():
             if key not in params:
                 params.append(key)
@@ -276,6 +284,37 @@ def load_results(results_dir: str | Path) -> Results:
         notes=tuple(notes),
         planned=planned,
     )
+
+
+def _foreign(
+    row: dict[str, Any],
+    point: dict[str, Any],
+    run_dir: Path,
+    root: Path,
+    plan: dict[str, Any],
+    planned: tuple[str, ...],
+) -> str | None:
+    """Why a run directory of a sweep's layout is not one of this sweep's runs (copied in from
+    another experiment, another point or repeat, another trace), or None. Pooling it would put
+    another workload's numbers into this point's mean and interval without a word."""
+    if run_dir == root:
+        return None
+    rel = f"{run_dir.parent.name}/{run_dir.name}"
+    if planned and rel not in planned:
+        return "plan.json lists no such run (copied from elsewhere?)"
+    run_exp, plan_exp = row.get("experiment"), plan.get("experiment")
+    if isinstance(run_exp, str) and isinstance(plan_exp, str) and run_exp != plan_exp:
+        return f"its run.json is experiment {run_exp!r}'s, not {plan_exp!r}'s"
+    folder = parse_point_name(run_dir.parent.name)
+    if point and {k: str(v) for k, v in point.items()} != {k: str(v) for k, v in folder.items()}:
+        named = ",".join(f"{k}={v}" for k, v in point.items())
+        return f"its run.json is point {named}'s, not the folder's"
+    if re.fullmatch(r"r\d+", run_dir.name) and row.get("repeat") != run_dir.name:
+        return f"its run.json is repeat {row.get('repeat')}'s, not the folder's"
+    sha, plan_sha = row.get("trace_sha256"), plan.get("trace_sha256")
+    if isinstance(sha, str) and isinstance(plan_sha, str) and sha != plan_sha:
+        return f"it replayed trace {sha[:12]}..., the sweep's is {plan_sha[:12]}..."
+    return None
 
 
 def _experiment_name(root: Path, runs: pd.DataFrame) -> str:
