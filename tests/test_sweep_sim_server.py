@@ -116,6 +116,8 @@ def test_three_tiers_two_repeats_end_to_end(tmp_path):
         assert doc["point_name"] == o.rel_dir.split("/")[0]
         assert not pid_running(doc["server"]["pid"])
         assert doc["server"]["config_verified"] is True
+        argv = doc["server"]["argv"]  # each repeat its own jitter seed, as in process
+        assert argv[argv.index("--seed") + 1] == str(doc["repeat"])
         counters = orjson.loads((d / "counters.json").read_bytes())
         assert set(CANONICAL_COUNTERS) <= set(counters)
         # the server saw exactly the trace's work, once (deltas, not cumulative values)

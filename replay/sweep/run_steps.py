@@ -55,6 +55,13 @@ def _run_options(adapter: EngineAdapter, run: Mapping[str, Any]):
     return RunOptions(**kwargs, request_extras=adapter.request_extras)
 
 
+def _seeded(options: Mapping[str, Any], repeat: int) -> dict[str, Any]:
+    """The simulator's options for one repeat: its own engine seed (base seed + repeat index),
+    so a simulator with service-time jitter gives repeats that differ; without jitter they are
+    bit-identical."""
+    return dict(options, seed=int(options.get("seed") or 0) + repeat)
+
+
 def _served_model(options: Mapping[str, Any]) -> str | None:
     name = options.get("served_model_name") or options.get("model")
     return None if name is None else str(name)
@@ -144,10 +151,7 @@ class RunSteps:
         from replay.sim.transport import SimTransport
 
         adapter = get_engine(engine)
-        # Each repeat gets its own engine seed (base seed + repeat index), so a simulator with
-        # service-time jitter gives repeats that differ; without jitter they are bit-identical.
-        seeded = dict(options, seed=int(options.get("seed") or 0) + planned.repeat)
-        config = SimConfig.from_options(**seeded)
+        config = SimConfig.from_options(**_seeded(options, planned.repeat))
         holder: dict[str, Any] = {}
 
         def factory():
@@ -186,6 +190,8 @@ class RunSteps:
         """One run against a server: reach it (launch, or the user's URL), check it, replay,
         then always stop it and record what happened, whatever failed on the way."""
         adapter = get_engine(engine)
+        if engine == "sim-server":  # its jitter's seed, as in process: repeats that differ
+            options = _seeded(options, planned.repeat)
         st = _Launch()
         try:
             url, mapper = self._reach_server(adapter, options, run_dir, st)
