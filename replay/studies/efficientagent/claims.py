@@ -140,7 +140,7 @@ CLAIMS: tuple[Claim, ...] = (
           "the engine step (LMCache's synchronous loads and stores); the card's step budget is "
           "vLLM 0.13.0's default for it, 2,048 tokens (8,192 on the H20 and H800)"),
     Claim("offload_h20", _HARDWARE, "offload makespan ratio, H20", 0.60, "ratio", _TALK,
-          mo.offload_ratio("h20"), null=1.0),
+          mo.offload_ratio("h20"), null=1.0, note="best tier above the working set vs no tier"),
     Claim("offload_h800", _HARDWARE, "offload on H800: slower in every run by", (0.08, 0.87),
           "fraction", _HW, mo.offload_h800, null=0.0,
           note="judged on the smallest change over the tiers swept (the study: every run slower). "

@@ -4,7 +4,8 @@ The rule (stated at the top of docs/paper.md, `RULE`): a number *reproduces* whe
 overlaps the published value (or range) widened by one tolerance, ±15% relative, or ±5 points for
 a share or a relative change; it holds in *direction* when our point estimate has the published
 sign (against the claim's no-effect value) and is within 2x of it; otherwise *no*. A claim
-without a number (a finding) reproduces when it holds in our runs, else no.
+without a number (a finding) reproduces when the test its note states holds on our point
+estimates, else no.
 """
 
 from __future__ import annotations
@@ -30,9 +31,11 @@ RULE = (
     "points for a share or a relative change; it holds in **direction** when our point estimate "
     "has the published sign (a change against no change, a ratio against 1) and is within 2x of "
     "the published effect; otherwise **no**. A claim without a number (a finding) is `yes` when "
-    "it holds in our runs, else `no`. Only the outcomes count in the score; the inputs (what the "
-    "workload was calibrated to) and the self-consistency rows (our model against our own "
-    "simulator) are shown, judged by the same rule, and not counted."
+    "the test its note states holds on our point estimates, else `no`; where a measure picks one "
+    "of several values (the best tier, the smallest change), its note says which. Only the "
+    "outcomes count in the score; the inputs (what the workload was calibrated to) and the "
+    "self-consistency rows (our model against our own simulator, a point with no interval) are "
+    "shown, judged by the same rule, and not counted."
 )
 
 YES, DIRECTION, NO = "yes", "direction", "no"
