@@ -102,6 +102,17 @@ def test_every_row_follows_the_one_rule_and_proposition_1_is_measured(rows):
     assert p5 > 2 * p40
 
 
+def test_makespan_tracks_prefill_counts_each_distinct_run_once(rows):
+    """The 0 GiB runs of every admission are one run three times over (no tier: nothing to
+    admit); the correlation counts it once, not as three independent points."""
+    by_key, h20 = rows
+    ok = h20.ok
+    assert len(ok) == 15
+    zero = ok[ok["host_tier_gib"] == 0]
+    assert zero["makespan_s"].nunique() == 1 and len(zero) == 3  # the premise: identical runs
+    assert "over 13 runs" in by_key["makespan_tracks_prefill"].ours
+
+
 def test_paper_page_and_report_cli(results_root, tmp_path):
     text = build_paper(results_root, tier_scale=SCALE, facts={})
     assert "| claim | study | where | ours | verdict | note |" in text

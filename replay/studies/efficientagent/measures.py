@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
 from replay.analysis.aggregate import describe
 from replay.analysis.compare import Comparison, welch_compare
@@ -356,12 +357,21 @@ def evicted_anyway(tier_gib: float) -> Any:
 
 
 def makespan_tracks_prefill(i: Inputs) -> Outcome:
-    """Pearson correlation of makespan and computed prefill over every paper-h20 run; the
-    finding holds at r >= 0.9."""
+    """Pearson correlation of makespan and computed prefill over the distinct paper-h20 runs;
+    the finding holds at r >= 0.9. Without a host tier the admission decides nothing, so the
+    0 GiB runs of other admissions are the `all` runs again: counted once, not three times."""
     h20 = i.run("paper-h20")
     if h20 is None:
         return Missing()
-    ms, cp = h20.values("makespan_s"), h20.values("computed_prefill_tokens")
+    ok = h20.ok
+    if "admission" in ok.columns and "host_tier_gib" in ok.columns:
+        tier = pd.to_numeric(ok["host_tier_gib"], errors="coerce")
+        ok = ok[(tier != 0) | (ok["admission"] == "all")]
+    pair = ok.reindex(columns=["makespan_s", "computed_prefill_tokens"]).apply(
+        pd.to_numeric, errors="coerce"
+    )
+    pair = pair[np.isfinite(pair.to_numpy(dtype=float)).all(axis=1)]
+    ms, cp = pair["makespan_s"].to_numpy(), pair["computed_prefill_tokens"].to_numpy()
     if len(ms) < 3 or len(ms) != len(cp):
         return Missing("paper-h20 (three or more runs)")
     r = float(np.corrcoef(ms, cp)[0, 1])
