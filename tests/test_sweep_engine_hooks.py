@@ -100,6 +100,13 @@ def test_in_process_engines_refuse_what_they_would_ignore(tmp_path):
     # the same option on the simulator's server reaches its process environment
     exp = load_experiment(write(tmp_path, "sim-server", 'env = { A = "1" }'))
     assert dry_run_plan(exp)[0]["env"] == {"A": "1"}
+    # time_scale paces the server's wall clock; in process it was recorded and ignored
+    with pytest.raises(ConfigError) as e:
+        load_experiment(write(tmp_path, "sim", "time_scale = 1"))
+    assert e.value.field == "engine.time_scale" and "not an option of engine sim" in e.value.why
+    exp = load_experiment(write(tmp_path, "sim-server", "time_scale = 1"))
+    argv = dry_run_plan(exp)[0]["argv"]
+    assert argv[argv.index("--time-scale") + 1] == "1"
 
 
 def test_external_server_hooks(tmp_path):

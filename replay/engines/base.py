@@ -107,6 +107,8 @@ class EngineAdapter:
       as what it returns for these options): the tier model.
     - `resources(options)`: what one run asks a cluster scheduler for (`{"GPU": tp}` for a GPU
       engine); None: one CPU, for engines that compute on the host (the simulator, llama.cpp).
+    - `seed_per_repeat`: the sweep adds the repeat index to the `seed` option, so an engine
+      with seeded noise (the simulator's jitter) gives repeats that differ.
     """
 
     name: str
@@ -123,6 +125,7 @@ class EngineAdapter:
     version_argv: Callable[[Mapping[str, Any]], list[str] | None] | None = None
     option_names: frozenset[str] | None = None
     in_process: bool = False
+    seed_per_repeat: bool = False
     sends_task_id: bool = False
     options_type: type | None = None
     check_options: Callable[[Mapping[str, Any]], None] | None = None

@@ -129,8 +129,10 @@ SIM = EngineAdapter(
     forcing=True,
     description="reference simulator in process (virtual time: hours of trace in seconds)",
     in_process=True,
-    # in process: no server command line or environment to pass anything else to
-    option_names=SIM_OPTIONS,
+    seed_per_repeat=True,
+    # in process: no server command line or environment to pass anything else to; and no
+    # wall clock for `time_scale` to pace (virtual time), so it is refused, not ignored
+    option_names=SIM_OPTIONS - {"time_scale"},
     options_type=SimConfig,
     predict=predict_personality,
 )
@@ -142,6 +144,7 @@ SIM_SERVER = EngineAdapter(
     map_counters=map_counters,
     reset_path="/reset_prefix_cache",
     forcing=True,
+    seed_per_repeat=True,
     min_max_tokens=1,  # its server checks max_tokens as vLLM's does (replay.sim.server)
     description="reference simulator behind its OpenAI-compatible HTTP server (subprocess)",
     option_names=SIM_OPTIONS | LAUNCH_OPTIONS,

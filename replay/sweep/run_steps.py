@@ -190,7 +190,7 @@ class RunSteps:
         """One run against a server: reach it (launch, or the user's URL), check it, replay,
         then always stop it and record what happened, whatever failed on the way."""
         adapter = get_engine(engine)
-        if engine == "sim-server":  # its jitter's seed, as in process: repeats that differ
+        if adapter.seed_per_repeat:  # the simulator server's jitter: repeats that differ
             options = _seeded(options, planned.repeat)
         st = _Launch()
         try:
