@@ -215,7 +215,7 @@ def command(
     from replay.driver.progress import progress_wanted
     from replay.driver.run import exit_code
     from replay.engines.registry import get_engine
-    from replay.sweep.results import prepare_out_dir
+    from replay.sweep.results import all_calls_failed, prepare_out_dir
     from replay.trace.cache import default_cache_dir
     from replay.trace.io import read_trace
     from replay.trace.schedule import check_pool, is_open_loop
@@ -345,6 +345,11 @@ def command(
         summary = run_http(trace, options, out_dir, server, model, early, transport_name, slo_s)
     print_summary(summary, json_out)
     code = exit_code(summary["status"])
+    if not code and all_calls_failed({"summary": summary}):
+        # measured nothing: more likely the setup (a wrong --served-model, a refusing server);
+        # exit 1 as a sweep does, so `replay run ... && next` stops here
+        click.echo("replay: every call failed; see errors in the calls file", err=True)
+        code = 1
     if code:
         sys.exit(code)  # click's Exit is swallowed by main() in non-standalone mode
 
