@@ -410,9 +410,10 @@ def test_bad_simulator_options_leave_no_run_directory(tmp_path, capsys):
     assert not (tmp_path / "o").exists()
 
 
-def test_a_run_whose_every_call_failed_exits_1(trace_file, tmp_path):
+def test_a_run_whose_every_call_failed_exits_1_and_a_wrong_kind_is_said(trace_file, tmp_path):
     """A wrong --served-model: the simulator's server answers every call 404 (as vLLM does);
-    the run measured nothing, so it exits 1 as a sweep does, with its files readable."""
+    the run measured nothing, so it exits 1 as a sweep does, with its files readable. A wrong
+    --engine-kind gets a warning naming the kind the server's metrics are."""
     ready = tmp_path / "port"
     server = subprocess.Popen(
         [*REPLAY, "sim", "serve", "--port", "0", "--ready-file", str(ready)],
@@ -440,6 +441,18 @@ def test_a_run_whose_every_call_failed_exits_1(trace_file, tmp_path):
             "--gap-scale", "0",
         )  # fmt: skip
         assert cp.returncode == 0, cp.stderr
+        assert "warning" not in cp.stderr
+        # an --engine-kind whose metrics the server does not have: said, not all-null in silence
+        wrong = tmp_path / "wrong"
+        cp = _replay(
+            "run", "--trace", str(trace_file), "--pool", "2", "--out", str(wrong), "--url", url,
+            "--engine-kind", "vllm", "--gap-scale", "0",
+        )  # fmt: skip
+        assert cp.returncode == 0, cp.stderr
+        assert "has sim-server's metrics, not vllm's" in cp.stderr
+        run = orjson.loads((wrong / "run.json").read_bytes())
+        warned = run["summary"]["warnings"]
+        assert any("--engine-kind sim-server" in w for w in warned), warned
     finally:
         server.send_signal(signal.SIGTERM)
         try:

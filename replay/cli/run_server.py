@@ -57,18 +57,21 @@ class RunScrape:
         self.adapter = adapter
         self.info: dict[str, Any] = {"metrics_url": self.url, "scrape_interval_s": interval_s}
         self.error: str | None = None
+        self.mismatch: str | None = None  # the given kind's metrics are not what the server has
         self._recorder = MetricsRecorder(
             self.url, adapter.map_counters, out_dir / "metrics.jsonl", interval_s=interval_s
         )
 
     def start(self):
         try:
-            start = self.adapter.map_counters(self._recorder.start())
+            samples = self._recorder.start()
+            start = self.adapter.map_counters(samples)
         except EngineError as e:
             self.error = f"{e}; no counters.json for this run"
             self.info["metrics_error"] = str(e)
             self._recorder.stop()
             return None
+        self.mismatch = _kind_mismatch(self.adapter, samples, start)
         deltas = delta_counters_fn(self._recorder, self.adapter, start, self.info)
 
         def fn() -> dict:
@@ -81,6 +84,22 @@ class RunScrape:
     def stop(self) -> None:
         self._recorder.stop()
         self.info["scrape_errors"] = self._recorder.errors
+
+
+def _kind_mismatch(adapter: EngineAdapter, samples, start: dict) -> str | None:
+    """Why every counter reads null though /metrics answered: the engine kind's metrics are
+    not there, and another known engine's are (a given --engine-kind that names another engine)."""
+    if any(v is not None for v in start.values()):
+        return None
+    from replay.engines.registry import adapter_for_metrics
+
+    found = adapter_for_metrics(samples)
+    if found.name in ("unknown", adapter.name):
+        return None
+    return (
+        f"the server's /metrics has {found.name}'s metrics, not {adapter.name}'s: every counter "
+        f"is null; give --engine-kind {found.name}, or leave it out to guess"
+    )
 
 
 @dataclass(frozen=True)
@@ -161,6 +180,9 @@ def run_http(trace, options, out_dir, server: UrlServer, model, warnings, transp
     counters_fn = scrape.start()
     if scrape.error:  # a server without /metrics: the replay's own numbers stand
         click.echo(f"replay: note: {scrape.error}", err=True)
+    if scrape.mismatch:
+        click.echo(f"replay: warning: {scrape.mismatch}", err=True)
+        warnings = [*warnings, scrape.mismatch]
     prov["metrics"] = scrape.info
     try:
         return run_replay(
