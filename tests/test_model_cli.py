@@ -124,6 +124,18 @@ def test_trace_mode_queue_and_ranges(capsys, trace_file):
     doc = ok_json(capsys, *flat, "--ranges", "--no-pays", "--json")
     assert "unavailable" in doc["range"]
 
+    # and the table says it too (it printed no range and no word of why)
+    def table(*args: str) -> str:
+        try:
+            main(list(args))
+        except SystemExit as e:
+            assert e.code in (0, None)
+        return capsys.readouterr().out
+
+    assert "ranges: unavailable: ranges need a roofline" in table(*flat, "--ranges", "--no-pays")
+    out = table(*argv, "--ranges")
+    assert "ranges (low-high):" in out and "computed " in out.split("ranges (low-high):")[1]
+
 
 def test_economics_and_sessions(capsys):
     eco = ok_json(

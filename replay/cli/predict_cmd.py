@@ -178,6 +178,20 @@ def _print_tiers(doc: dict) -> None:
     for row in doc["tiers"]:
         cells = [_tier(row[k]) if k == "host_tier_gib" else _fmt(row[k]) for k, _ in cols]
         click.echo("  ".join(f"{c:>14}" for c in cells))
+    rng = doc.get("range")
+    if rng is None:
+        return
+    if "unavailable" in rng:  # --ranges asked for and not given: say why, as the JSON does
+        click.echo(f"ranges: unavailable: {rng['unavailable']}")
+        return
+    click.echo("ranges (low-high):")
+    for row in doc["tiers"]:
+        spans = [
+            f"{h} {_fmt(row[f'{k}_low'])}-{_fmt(row[f'{k}_high'])}"
+            for k, h in cols[3:]
+            if f"{k}_low" in row
+        ]
+        click.echo(f"  {_tier(row['host_tier_gib'])} GiB: " + ", ".join(spans))
 
 
 def _print_closed_form(doc: dict) -> None:
