@@ -440,6 +440,10 @@ BAD_ARGS: list[tuple[str, list[str], str]] = [
      r"model: unknown model 'x'"),
     ("sim_serve_port", ["sim", "serve", "--port", "70000"], r"port: must be in 0\.\.65535"),
     ("report_missing_dir", ["report", "nope"], r"nope: -: no such results directory"),
+    ("predict_order_typo", ["predict", "--trace", "t.jsonl", "--pool", "1", "--model",
+                            "qwen3-coder-30b-a3b", "--order", "pol"],
+     r"^predict: --order: unknown order 'pol'; valid: pool, trace, run:DIR$"),
+    ("compare_a_file", ["compare", "t.jsonl", "t.jsonl"], r"t\.jsonl: -: a file, not a results"),
 ]  # fmt: skip
 
 

@@ -24,7 +24,8 @@ def load_side(path: str):
 
     p = Path(path)
     if not p.is_dir():
-        raise ConfigError(path, None, "no such results directory")
+        what = "a file, not a results directory" if p.exists() else "no such results directory"
+        raise ConfigError(path, None, what)
     point = None
     if p.parent.is_dir() and any((d / "run.json").is_file() for d in p.glob("r*")):
         p, point = p.parent, p.name  # RESULTS_DIR/POINT

@@ -307,6 +307,14 @@ def command(**o) -> None:
     mode = _mode(o)
     _check_mode_options(click.get_current_context(), mode, o["order"])
     _check_numbers(o)
+    if (
+        mode == "trace"
+        and o["order"] not in ("pool", "trace")
+        and not o["order"].startswith("run:")
+    ):
+        raise ConfigError(
+            WHERE, "--order", f"unknown order {o['order']!r}; valid: pool, trace, run:DIR"
+        )
     trace_path = o.get("trace_path")
     if o["out"] and trace_path and Path(o["out"]).resolve() == Path(trace_path).resolve():
         raise ConfigError(
