@@ -149,3 +149,19 @@ def test_a_run_without_run_json_has_no_nan_reason(tmp_path):
 
     (row,) = [x for x in failures(analyse(load_results(root))) if "| r2 |" in x]
     assert "nan" not in row and row.endswith("| - |")
+
+
+def test_a_point_with_no_finished_run_keeps_its_row_with_n_0(tmp_path):
+    """A point whose every run failed, and one that never started, are rows of the Measured
+    table with n = 0 and `-`, not left out of it (they were, though planned)."""
+    from replay.report.measured import measured_tables
+
+    a = analyse(load_results(_sweep(tmp_path / "d", failed={(0, 8)}, unstarted=[(8, 8)])))
+    text = "\n".join(measured_tables(a))
+    table = text.split("**Time**", 1)[1].split("\n\n", 2)[1]
+    rows = [r.split("|")[1:-1] for r in table.splitlines()[2:]]
+    cells = {(r[0].strip(), r[1].strip()): r for r in rows}
+    assert set(cells) == {("0", "4"), ("0", "8"), ("8", "4"), ("8", "8")}
+    for missing in (("0", "8"), ("8", "8")):
+        assert cells[missing][2].strip() == "0" and cells[missing][3].strip() == "-"
+    assert cells[("0", "4")][2].strip() == "3"

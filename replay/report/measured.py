@@ -58,10 +58,18 @@ PREDICTION_FACTS = (
 
 
 def _points(a: Analysis) -> pd.DataFrame:
+    """The points measured, then every other planned point (no run of it finished ok): its row
+    says n = 0 rather than leaving the point out of the table."""
     keys = [p for p in a.params if p in a.agg.columns]
     if a.agg.empty:
         return pd.DataFrame(columns=keys)
-    return a.agg[keys].drop_duplicates().reset_index(drop=True) if keys else pd.DataFrame(index=[0])
+    if not keys:
+        return pd.DataFrame(index=[0])
+    measured = a.agg[keys].drop_duplicates()
+    planned = a.design.reindex(columns=keys).drop_duplicates()
+    seen = {tuple(map(str, r)) for r in measured.itertuples(index=False)}
+    missing = [tuple(map(str, r)) not in seen for r in planned.itertuples(index=False)]
+    return pd.concat([measured, planned[missing]], ignore_index=True)
 
 
 def _stat(a: Analysis, point: pd.Series, metric: str) -> pd.Series | None:
@@ -106,7 +114,8 @@ def measured_tables(a: Analysis) -> list[str]:
         lines += [
             f"**{title}** (mean ± 95% t-interval half-width [min–max] over repeats; a point with "
             "one repeat has no interval; `(n=K)`: a cell from fewer runs than the row's n, where "
-            "some runs did not give that number)",
+            "some runs did not give that number; n = 0: no run of the point finished ok, see "
+            "Runs)",
             "",
         ]
         lines += md_table(header, rows)
