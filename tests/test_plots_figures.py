@@ -85,7 +85,7 @@ def test_makespan_figure_has_one_line_per_policy_with_intervals_and_working_set(
     # The interval bar at 0 GiB: 100 ± 4.303 * 2 / sqrt(3) = ± 4.97; the single repeat at 20 has none.
     segs = bars["admission=all"].lines[2][0].get_segments()
     assert segs[0][:, 1] == pytest.approx([100 - 4.968, 100 + 4.968], abs=1e-2)
-    assert segs[2][0, 1] == segs[2][1, 1]
+    assert len(segs[2]) == 0  # no bar: a bar of length 0 drew it as exact, with no noise
     vlines = [ln for ln in ax.get_lines() if ln.get_label() == "working set (predicted)"]
     assert len(vlines) == 1 and list(vlines[0].get_xdata()) == [11.4, 11.4]
     assert "GiB" in ax.get_xlabel() and "(s)" in ax.get_ylabel()

@@ -131,7 +131,8 @@ def legend_outside(ax: Any, **kwargs: Any) -> None:
 
 
 def yerr(series: Series, metric: str) -> np.ndarray:
-    """Error-bar lengths: the 95% half-width, 0 where one repeat gives no interval."""
+    """Error-bar lengths: the 95% half-width, NaN (no bar drawn) where one repeat gives no
+    interval: a bar of length 0 would draw a point as exact, with no noise."""
     if metric not in series.half_width:
-        return np.zeros(len(series.mean))
-    return np.nan_to_num(series.half_width[metric].to_numpy(dtype=float), nan=0.0)
+        return np.full(len(series.mean), np.nan)
+    return series.half_width[metric].to_numpy(dtype=float)

@@ -74,13 +74,13 @@ def engine_comparison(
                 x,
                 heights,
                 width=width,
-                yerr=np.nan_to_num(errs),
+                yerr=errs,  # NaN: one repeat, no interval, no bar (not a bar of length 0)
                 capsize=2,
                 label=engine,
                 color=f"C{j % 10}",
             )
         ax.set_xticks(range(len(configs)), labels, rotation=30, ha="right", fontsize=7)
-        ax.set_ylabel(ENGINE_METRICS.get(metric, metric))
+        ax.set_ylabel(f"{ENGINE_METRICS.get(metric, metric)}, mean ± 95% CI")
         ax.grid(axis="y", alpha=0.3)
     axes[0].legend(fontsize=8, title=engine_param)
     return fig
