@@ -332,3 +332,47 @@ def test_a_fixed_port_already_listening_fails_the_run_before_the_launch(tmp_path
         outcome.reason or ""
     )
     assert sim_servers_of(os.getpid()) == []
+
+
+def test_times_on_different_clocks_are_not_compared(tmp_path):
+    """The in-process simulator's makespan is virtual seconds, the server's wall seconds (at
+    time_scale 0, barely any): the report and `replay compare` say so instead of calling the
+    difference real; token counts, on no clock, are compared as ever."""
+    from replay.analysis.compare import DIFFERENT_CLOCKS, compare_sides
+    from replay.analysis.load import load_results
+    from replay.cli.compare_cmd import load_side
+    from replay.report.analyse import analyse
+
+    toml = tmp_path / "mixed.toml"
+    text = TEMPLATE.format(
+        name="mixed",
+        repeats=2,
+        tiers="[1]",
+        gap_scale=0.0,
+        calls=3,
+        predict="false",
+        engine_extra="[engine.sim-server]\ntime_scale = 0.0",
+    ).replace("time_scale = 0.0\n[engine", "[engine")  # the server's option, in its own table
+    toml.write_text(
+        text.replace("host_tier_gib = [1]", 'host_tier_gib = [1]\nengine = ["sim", "sim-server"]')
+    )
+    result = run_sweep(load_experiment(toml), results_root=tmp_path / "r", echo=lambda s: None)
+    assert [o.status for o in result.outcomes] == ["ok"] * 4
+    res = load_results(result.exp_dir)
+    assert set(zip(res.runs["engine"], res.runs["clock"], strict=True)) == {
+        ("sim", "virtual"),
+        ("sim-server", "wall"),
+    }
+    c = analyse(res).comparisons
+    rows = c[c["factor"] == "engine"].set_index("metric")
+    assert rows.loc["makespan_s", "verdict"] == DIFFERENT_CLOCKS
+    assert rows.loc["computed_prefill_tokens", "verdict"] != DIFFERENT_CLOCKS
+    a = load_side(str(result.exp_dir / "host_tier_gib=1,engine=sim"))
+    b = load_side(str(result.exp_dir / "host_tier_gib=1,engine=sim-server"))
+    sides = compare_sides(a, b).set_index("metric")
+    assert sides.loc["makespan_s", "verdict"] == DIFFERENT_CLOCKS
+    report = result.exp_dir / "report.md"
+    r = subprocess.run([sys.executable, "-m", "replay.cli.main", "report", str(result.exp_dir)],
+                       capture_output=True, text=True, cwd=ROOT)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert "cannot be compared (different clocks" in report.read_text()

@@ -1,7 +1,9 @@
 """Is a difference between two configurations real? Welch's t-test on their repeats.
 
 Verdicts: `real` (p < alpha), `within noise` (p >= alpha), `single repeat` (a side has one
-measurement: the difference is shown but never called real), `no data`. Repeats that are
+measurement: the difference is shown but never called real), `no data`, `different clocks` (a
+time measured in the in-process simulator's virtual seconds against one in wall seconds: no
+difference is computed). Repeats that are
 identical on both sides (a deterministic simulator) have zero noise: any difference is `real`,
 none is `within noise`. The interval of the difference uses the Welch–Satterthwaite degrees of
 freedom; its relative form divides by the baseline mean (the baseline's own uncertainty is left
@@ -26,6 +28,7 @@ __all__ = [
     "WITHIN_NOISE",
     "SINGLE_REPEAT",
     "NO_DATA",
+    "DIFFERENT_CLOCKS",
     "Comparison",
     "all_comparisons",
     "compare_sides",
@@ -40,7 +43,29 @@ REAL = "real"
 WITHIN_NOISE = "within noise"
 SINGLE_REPEAT = "single repeat"
 NO_DATA = "no data"
+DIFFERENT_CLOCKS = "different clocks"
 METHOD = "Welch's t-test"
+
+
+def _is_time(metric: str) -> bool:
+    """A metric in seconds, or per second: measured on a run's clock."""
+    return metric.endswith(("_s", "_per_s"))
+
+
+def _clocks(runs: pd.DataFrame) -> frozenset[str]:
+    if "clock" not in runs.columns:
+        return frozenset()
+    return frozenset(str(c) for c in runs["clock"].dropna())
+
+
+def _apart(a: Iterable[Any], b: Iterable[Any]) -> Comparison:
+    xa, xb = _finite(a), _finite(b)
+    ma = float(xa.mean()) if xa.size else math.nan
+    mb = float(xb.mean()) if xb.size else math.nan
+    nan = math.nan
+    return Comparison(
+        int(xa.size), int(xb.size), ma, mb, nan, nan, nan, nan, nan, nan, nan, DIFFERENT_CLOCKS
+    )
 
 
 @dataclass(frozen=True)
@@ -160,8 +185,14 @@ def compare_levels(
             if level == baseline:
                 continue
             other = group[group[factor] == level]
+            clocks_differ = (
+                bool(_clocks(base)) and bool(_clocks(other)) and (_clocks(base) != _clocks(other))
+            )
             for metric in metrics:
-                cmp = welch_compare(base[metric], other[metric], alpha)
+                if clocks_differ and _is_time(metric):
+                    cmp = _apart(base[metric], other[metric])
+                else:
+                    cmp = welch_compare(base[metric], other[metric], alpha)
                 rows.append(
                     {
                         "factor": factor,
@@ -273,8 +304,15 @@ def compare_sides(
     """B against baseline A for every metric: one row per metric with the `Comparison` fields
     (difference, its interval, Welch's verdict). `a` and `b` hold one row per repeat."""
     metrics = numeric_metrics(a, b) if metrics is None else list(metrics)
+    apart = bool(_clocks(a)) and bool(_clocks(b)) and _clocks(a) != _clocks(b)
     rows = [
-        {"metric": m, **asdict(welch_compare(a[m], b[m], alpha)), "method": METHOD}
+        {
+            "metric": m,
+            **asdict(
+                _apart(a[m], b[m]) if apart and _is_time(m) else welch_compare(a[m], b[m], alpha)
+            ),
+            "method": METHOD,
+        }
         for m in metrics
         if m in a.columns and m in b.columns
     ]

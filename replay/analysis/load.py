@@ -39,6 +39,7 @@ PROVENANCE_KEYS = {
     "node": ("node",),  # where a sweep ran the run (a cluster names its node)
     "started_at": ("started_at",),
     "ended_at": ("ended_at",),
+    "clock": ("clock",),  # virtual (in-process simulator) or wall
 }
 _RUN_MARKERS = ("run.json", "calls.jsonl", "calls.parquet", "counters.json")
 

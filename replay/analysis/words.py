@@ -9,7 +9,7 @@ from typing import Any
 
 import pandas as pd
 
-from replay.analysis.compare import NO_DATA, REAL, SINGLE_REPEAT, WITHIN_NOISE
+from replay.analysis.compare import DIFFERENT_CLOCKS, NO_DATA, REAL, SINGLE_REPEAT, WITHIN_NOISE
 from replay.counters import COMPUTED_PREFILL_TOKENS
 
 __all__ = ["METRIC_NAMES", "comparison_sentence", "fmt_interval", "fmt_num", "fmt_point"]
@@ -115,8 +115,11 @@ def comparison_sentence(row: Mapping[str, Any], others: Mapping[str, Any]) -> st
     verdict = row["verdict"]
     n = f"n={int(row['n_a'])} vs {int(row['n_b'])}"
     rel, lo, hi = row["rel_diff"], row["rel_low"], row["rel_high"]
-    if verdict == NO_DATA or _missing(rel):
-        return f"{level} vs {base}{where}: {metric} cannot be compared ({NO_DATA if verdict == NO_DATA else 'baseline is 0'}, {n})."
+    if verdict in (NO_DATA, DIFFERENT_CLOCKS) or _missing(rel):
+        why = verdict if verdict in (NO_DATA, DIFFERENT_CLOCKS) else "baseline is 0"
+        if verdict == DIFFERENT_CLOCKS:
+            why += ": the in-process simulator's virtual seconds against wall seconds"
+        return f"{level} vs {base}{where}: {metric} cannot be compared ({why}, {n})."
     verb = "lowers" if rel < 0 else "raises"
     if verdict == SINGLE_REPEAT and rel == 0:
         return f"{level} and {base} give the same {metric}{where}, from a single repeat: no noise estimate ({n})."

@@ -404,6 +404,9 @@ def _provenance(trace: Trace, extra: Mapping[str, Any] | None, virtual: bool) ->
         "started_at": _now_iso(),
         "ended_at": None,
         "load_average": _load_average(),
+        # whose seconds the times are: the virtual loop's (the in-process simulator) or the
+        # wall's; a report compares no time across the two
+        "clock": "virtual" if virtual else "wall",
     }
     prov.update(extra or {})
     if virtual and prov.get("engine_version") is None:
