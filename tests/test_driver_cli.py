@@ -460,3 +460,62 @@ def test_a_run_whose_every_call_failed_exits_1_and_a_wrong_kind_is_said(trace_fi
         except subprocess.TimeoutExpired:
             server.kill()
             server.wait()
+
+
+def test_a_second_run_on_the_same_out_is_refused_while_the_first_runs(trace_file, tmp_path):
+    """Two runs on one --out wrote each (task, call) twice into calls.jsonl, and both exited 0;
+    --force cleared a running run's folder. A run now holds a lock on its --out."""
+    out = tmp_path / "run"
+    holder = subprocess.Popen(
+        [sys.executable, "-c",
+         "import sys, time; from pathlib import Path;"
+         "from replay.sweep.results import exclusive_lock\n"
+         "with exclusive_lock(Path(sys.argv[1]), what='run'):\n"
+         " print('held', flush=True); time.sleep(60)", str(out)],
+        cwd=ROOT, stdout=subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == b"held\n"
+        for extra in ((), ("--force",)):
+            cp = _replay(
+                "run", "--trace", str(trace_file), "--pool", "2", "--out", str(out),
+                "--engine", "sim", *extra,
+            )  # fmt: skip
+            assert cp.returncode == 2, cp.stderr
+            assert f"another run (pid {holder.pid}" in cp.stderr and "Traceback" not in cp.stderr
+        assert [p.name for p in out.iterdir()] == [".lock"]  # nothing written, nothing cleared
+    finally:
+        holder.kill()
+        holder.wait()
+    # the holder is gone (killed: the kernel let go of its lock): the folder is a run's again
+    cp = _replay(
+        "run", "--trace", str(trace_file), "--pool", "2", "--out", str(out), "--engine", "sim"
+    )
+    assert cp.returncode == 0, cp.stderr
+    assert (out / "run.json").is_file()
+    cp = _replay(
+        "run", "--trace", str(trace_file), "--pool", "2", "--out", str(out), "--engine", "sim"
+    )
+    assert cp.returncode == 2 and "not empty" in cp.stderr and ".lock" not in cp.stderr
+    cp = _replay(
+        "run", "--trace", str(trace_file), "--pool", "2", "--out", str(out), "--engine", "sim",
+        "--force",
+    )  # fmt: skip
+    assert cp.returncode == 0, cp.stderr
+    # a path a run may not write gets no lock file
+    stray = tmp_path / "stray"
+    stray.mkdir()
+    (stray / "notes.txt").write_text("mine")
+    cp = _replay(
+        "run",
+        "--trace",
+        str(trace_file),
+        "--pool",
+        "2",
+        "--out",
+        str(stray),
+        "--engine",
+        "sim",
+        "--force",
+    )
+    assert cp.returncode == 2 and sorted(p.name for p in stray.iterdir()) == ["notes.txt"]

@@ -215,7 +215,13 @@ def command(
     from replay.driver.progress import progress_wanted
     from replay.driver.run import exit_code
     from replay.engines.registry import get_engine
-    from replay.sweep.results import all_calls_failed, prepare_out_dir
+    from replay.sweep.results import (
+        all_calls_failed,
+        check_out_dir,
+        exclusive_lock,
+        make_out_dir,
+        prepare_out_dir,
+    )
     from replay.trace.cache import default_cache_dir
     from replay.trace.io import read_trace
     from replay.trace.schedule import check_pool, is_open_loop
@@ -335,14 +341,19 @@ def command(
         from replay.sim.options import SimConfig
 
         SimConfig.from_options(**simopts)
-    # An earlier run's files left beside this one's would be reported as this run's.
-    prepare_out_dir(Path(out_dir), force=force)
-    if adapter.in_process:
-        summary = _run_sim(trace, options, out_dir, simopts, slo_s)
-    else:
-        assert url is not None
-        server = UrlServer(url, adapter, kind_note, scrape_interval_s)
-        summary = run_http(trace, options, out_dir, server, model, early, transport_name, slo_s)
+    # An earlier run's files left beside this one's would be reported as this run's; a second
+    # run on the same --out at once would write its calls beside this one's (refused by a lock,
+    # taken once the directory is known to be one a run may write, so a wrong path gets none)
+    check_out_dir(Path(out_dir), force=force)
+    make_out_dir(Path(out_dir))
+    with exclusive_lock(Path(out_dir), what="run"):
+        prepare_out_dir(Path(out_dir), force=force)
+        if adapter.in_process:
+            summary = _run_sim(trace, options, out_dir, simopts, slo_s)
+        else:
+            assert url is not None
+            server = UrlServer(url, adapter, kind_note, scrape_interval_s)
+            summary = run_http(trace, options, out_dir, server, model, early, transport_name, slo_s)
     print_summary(summary, json_out)
     code = exit_code(summary["status"])
     if not code and all_calls_failed({"summary": summary}):

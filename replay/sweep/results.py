@@ -33,6 +33,8 @@ __all__ = [
     "is_finished",
     "clear_run_dir",
     "prepare_out_dir",
+    "check_out_dir",
+    "make_out_dir",
     "ResultsWriteError",
     "RUN_FILES",
     "exclusive_lock",
@@ -128,9 +130,16 @@ def all_calls_failed(run: Any) -> bool:
 
 
 def clear_run_dir(run_dir: Path) -> None:
-    """Remove a previous attempt's files so a rerun starts clean."""
+    """Remove a previous attempt's files so a rerun starts clean. A `replay run` lock held on
+    the directory stays: removed, a second run could take a new one beside it."""
     if run_dir.exists():
-        shutil.rmtree(run_dir)
+        for entry in run_dir.iterdir():
+            if entry.name == LOCK_FILE:
+                continue
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry)
+            else:
+                entry.unlink()
     run_dir.mkdir(parents=True, exist_ok=True)
 
 
@@ -139,9 +148,28 @@ def prepare_out_dir(out_dir: Path, *, force: bool, option: str = "--out") -> Non
     as this run's: a simulator's counters.json beside an HTTP run's calls); with `force` it is
     cleared, but only when it holds nothing but a run's files, so a mistyped path never loses
     unrelated data."""
+    if check_out_dir(out_dir, force=force, option=option):
+        try:
+            clear_run_dir(out_dir)
+        except OSError as e:
+            raise ConfigError(str(out_dir), option, f"cannot clear: {e.strerror or e}") from None
+    make_out_dir(out_dir, option)
+
+
+def make_out_dir(out_dir: Path, option: str = "--out") -> None:
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ConfigError(str(out_dir), option, f"cannot create: {e.strerror or e}") from None
+
+
+def check_out_dir(out_dir: Path, *, force: bool, option: str = "--out") -> bool:
+    """`prepare_out_dir`'s refusals, touching nothing; True when `force` will clear it."""
     if out_dir.exists() and not out_dir.is_dir():
         raise ConfigError(str(out_dir), option, "exists and is not a directory")
-    entries = sorted(p.name for p in out_dir.iterdir()) if out_dir.is_dir() else []
+    entries = (
+        sorted(p.name for p in out_dir.iterdir() if p.name != LOCK_FILE) if out_dir.is_dir() else []
+    )
     if entries:
         shown = ", ".join(entries[:4]) + (", ..." if len(entries) > 4 else "")
         if not force:
@@ -163,26 +191,19 @@ def prepare_out_dir(out_dir: Path, *, force: bool, option: str = "--out") -> Non
                 f"holds files a run does not write ({', '.join(foreign[:4])}); "
                 "--force clears only run directories: choose a new directory",
             )
-        try:
-            clear_run_dir(out_dir)
-        except OSError as e:
-            raise ConfigError(str(out_dir), option, f"cannot clear: {e.strerror or e}") from None
-    try:
-        out_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise ConfigError(str(out_dir), option, f"cannot create: {e.strerror or e}") from None
+    return bool(entries)
 
 
 LOCK_FILE = ".lock"
 
 
 @contextlib.contextmanager
-def exclusive_lock(exp_dir: Path) -> Iterator[None]:
-    """Hold `exp_dir/.lock` for a whole sweep, so a second sweep on the same results directory is
-    refused instead of running every point again beside the first (and deleting runs the first
-    is writing). flock is released by the kernel when the holder dies, however it dies, so a
-    killed sweep never leaves a stale lock; the PID and host written in the file are only for
-    the message."""
+def exclusive_lock(exp_dir: Path, what: str = "sweep") -> Iterator[None]:
+    """Hold `exp_dir/.lock` for a whole sweep (or `replay run`, `what` = "run"), so a second one
+    on the same directory is refused instead of running beside the first (and deleting or
+    doubling what the first is writing). flock is released by the kernel when the holder dies,
+    however it dies, so a killed one never leaves a stale lock; the PID and host written in the
+    file are only for the message."""
     import fcntl
 
     path = exp_dir / LOCK_FILE
@@ -190,7 +211,7 @@ def exclusive_lock(exp_dir: Path) -> Iterator[None]:
         exp_dir.mkdir(parents=True, exist_ok=True)
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
     except OSError as e:
-        why = f"cannot create the sweep's lock: {e.strerror or e}"
+        why = f"cannot create the {what}'s lock: {e.strerror or e}"
         raise ConfigError(str(path), None, why) from None
     try:
         try:
@@ -200,8 +221,9 @@ def exclusive_lock(exp_dir: Path) -> Iterator[None]:
             raise ConfigError(
                 str(exp_dir),
                 None,
-                f"another sweep ({holder}) is using this results directory; wait for it to "
-                "end or stop it (a killed sweep releases the lock by itself)",
+                f"another {what} ({holder}) is using this {'results ' if what == 'sweep' else ''}"
+                f"directory; wait for it to end or stop it (a killed {what} releases the lock "
+                "by itself)",
             ) from None
         me = f"pid {os.getpid()} on {socket.gethostname()} since {time.strftime('%H:%M:%S')}"
         os.ftruncate(fd, 0)
