@@ -166,6 +166,25 @@ def test_a_server_that_stops_answering_fails_the_run_in_bounded_time(tmp_path, e
         assert (rows["error_kind"] == "timeout").sum() == 20
 
 
+def test_a_silent_server_fails_the_run_when_the_silence_is_due(tmp_path):
+    """The silence was only looked at when a call timed out: with each task's next call sent
+    after its timeout, the run failed up to one request timeout late (15 s of silence for a
+    limit of 10). It is looked at again when the silence is due."""
+    import re
+
+    trace = tmp_path / "t.jsonl"
+    write_trace(make_trace({t: [{}] * 20 for t in ("a", "b")}), trace)
+    hangs = {(t, i): "hang" for t in ("a", "b") for i in range(20)}
+    with FaultServer(faults=hangs) as srv:
+        cp = _replay("run", "--trace", str(trace), "--pool", "2", "--out", str(tmp_path / "o"),
+                     "--url", f"http://127.0.0.1:{srv.port}", "--request-timeout-s", "3",
+                     "--server-gone-grace-s", "1", "--quiet")  # fmt: skip
+    assert cp.returncode == 1, cp.stderr
+    reason = orjson.loads((tmp_path / "o" / "run.json").read_bytes())["reason"]
+    silent_s = float(re.search(r"no response for ([0-9.]+) s", reason).group(1))
+    assert 4 <= silent_s < 5.5, reason  # the limit is 3 + 1 s; the next timeouts came at 6 s
+
+
 def test_one_timeout_after_a_long_gap_is_an_error_not_a_silent_server(tmp_path):
     """The agent's own gap counted as the server's silence: one call timing out after a gap
     longer than the request timeout plus the grace failed a healthy run as 'server not

@@ -98,6 +98,7 @@ class _Pool:
         # time with a call in flight since that answer: an agent's own gap is no silence
         self._silent_busy_s = 0.0
         self._busy_since: float | None = None
+        self._silence_check: asyncio.TimerHandle | None = None  # when the silence is due
         self.lags: list[float] = []
         self._tick: Callable[[], None] | None = None  # the progress bar's, on a virtual loop
         self._prompts = Prompts(trace, options)
@@ -153,6 +154,9 @@ class _Pool:
             await self._drain()
             raise
         finally:
+            if self._silence_check is not None:  # the run is over: no silence can fail it now
+                self._silence_check.cancel()
+                self._silence_check = None
             for h in helpers:
                 h.cancel()
             await asyncio.gather(*helpers, return_exceptions=True)
@@ -399,6 +403,9 @@ class _Pool:
     def _answered(self) -> None:
         now = self.answered_at = self.loop.time()
         self._silent_busy_s = 0.0
+        if self._silence_check is not None:  # the server spoke: no silence is due
+            self._silence_check.cancel()
+            self._silence_check = None
         if self._busy_since is not None:  # calls still in flight: their silence starts now
             self._busy_since = now
 
@@ -413,13 +420,26 @@ class _Pool:
         if self._busy_since is not None:
             silent_s += self.loop.time() - self._busy_since
         limit_s = self.opt.request_timeout_s + self.opt.server_gone_grace_s
-        if silent_s >= limit_s and not self.stopping:
+        if self.stopping:
+            return
+        if silent_s >= limit_s:
             self.stop(
                 RunStatus.FAILED,
                 f"server not answering: no response for {silent_s:.0f} s while calls timed out "
                 f"(request timeout {self.opt.request_timeout_s:g} s + server-gone grace "
                 f"{self.opt.server_gone_grace_s:g} s): {timeout}",
             )
+        elif self._silence_check is None:
+            # look again when the silence would be due, not at the next call's timeout: that
+            # came up to a whole request timeout late (15 s of silence for a limit of 10)
+            self._silence_check = self.loop.call_later(
+                limit_s - silent_s, self._recheck_silence, timeout
+            )
+
+    def _recheck_silence(self, timeout: RequestFailed) -> None:
+        self._silence_check = None
+        if self.stats.inflight:  # idle, the silence is not growing: the next timeout checks
+            self._check_silence(timeout)
 
     def _record(
         self,
