@@ -225,15 +225,24 @@ def test_interrupt_then_resume(tmp_path):
 
 
 def test_a_run_past_its_time_limit_fails_and_the_server_is_stopped(tmp_path):
+    """The replay itself stops at run_s: before, only the server was killed, and the driver
+    retried the dead server for its whole server-gone grace (40 s here: the run took 56 s for a
+    limit of 10, its calls in flight recorded as closed by the server)."""
     exp = make(tmp_path, name="t", repeats=1, tiers="[0]", gap_scale=0.2, calls=8)
     p = Path(exp.source)
-    p.write_text(p.read_text().replace("stop_grace_s = 5", "stop_grace_s = 5\nrun_s = 1.0"))
+    text = p.read_text().replace("stop_grace_s = 5", "stop_grace_s = 5\nrun_s = 1.0")
+    p.write_text(text.replace("server_gone_grace_s = 0.5", "server_gone_grace_s = 40"))
     exp = load_experiment(p)
     result = run_sweep(exp, results_root=tmp_path / "results", echo=lambda s: None)
     (o,) = result.outcomes
-    assert o.status == "failed" and "timeouts.run_s" in o.reason
+    assert o.status == "failed" and "timeouts.run_s = 1 s" in o.reason
     doc = run_json(result.exp_dir / o.rel_dir)
     assert doc["status"] == "failed" and not pid_running(doc["server"]["pid"])
+    summary = doc["summary"]
+    assert summary["connection_retries"] == 0
+    assert summary["makespan_s"] < 1.0 + 0.2 + 1.0  # run_s + the interrupt grace + slack
+    rows = pd.read_parquet(result.exp_dir / o.rel_dir / "calls.parquet")
+    assert "connection" not in set(rows["error_kind"].dropna())
 
 
 @pytest.mark.slow

@@ -137,6 +137,7 @@ def run_replay(
     counters_fn: Callable[[], Mapping[str, Any]] | None = None,
     warnings: Sequence[str] = (),
     slo_s: Mapping[str, float] | None = None,
+    deadline: tuple[float, str] | None = None,
 ) -> dict[str, Any]:
     """Replay `trace` and write `out_dir`; return the summary plus `status` and `reason`.
 
@@ -148,6 +149,8 @@ def run_replay(
     `warnings`: what the caller found before the run (e.g. no served model), reported with the
     run's own (send drift, lengths the server did not confirm) in the summary and on stderr.
     `slo_s`: service-level objectives ({"ttft_s": 2.0, ...}) for the summary's goodput.
+    `deadline`: (seconds, reason): past that long the run stops as `failed` with that reason,
+    as a signal stops it (no new sends or retries, calls in flight get their grace).
     """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -164,6 +167,7 @@ def run_replay(
             guard,
             warnings,
             slo_s,
+            deadline,
         )
     guard.redeliver()
     return summary
@@ -180,6 +184,7 @@ def _run(
     guard: _SignalGuard,
     early_warnings: Sequence[str],
     slo_s: Mapping[str, float] | None = None,
+    deadline: tuple[float, str] | None = None,
 ) -> dict[str, Any]:
     jsonl = out / "calls.jsonl"
     jsonl.unlink(missing_ok=True)
@@ -213,7 +218,7 @@ def _run(
             cpu0, wall0 = time.process_time(), time.perf_counter()
             with quiet_gc():
                 result = loop.run_until_complete(
-                    _main(trace, transport_factory, options, sink, guard, made)
+                    _main(trace, transport_factory, options, sink, guard, made, deadline)
                 )
             wall_s = time.perf_counter() - wall0
             cpu_fraction = (time.process_time() - cpu0) / wall_s if wall_s > 0 else None
@@ -326,9 +331,13 @@ async def _main(
     sink: JsonlSink,
     guard: _SignalGuard,
     made: dict[str, Any] | None = None,
+    deadline: tuple[float, str] | None = None,
 ) -> RunResult:
     loop = asyncio.get_running_loop()
     control = RunControl()
+    if deadline is not None:
+        limit_s, why = deadline
+        expiry = loop.call_later(limit_s, control.stop, RunStatus.FAILED, why)
     transport = transport_factory()
     if made is not None:
         made["transport"] = getattr(transport, "name", None)
@@ -346,6 +355,8 @@ async def _main(
         return await replay(trace, transport, options, sink, control=control, on_ready=freeze_setup)
     finally:
         guard.on_signal = None
+        if deadline is not None:
+            expiry.cancel()
 
 
 class _SignalGuard:

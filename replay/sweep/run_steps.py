@@ -309,11 +309,15 @@ class RunSteps:
             model=_served_model(options),
         )
         server = st.server
+        run_s = self.exp.timeouts.run_s
         with contextlib.ExitStack() as stack:
             dog = None
             if server is not None:
+                # the replay stops itself at run_s (no new sends, no retries, its calls in
+                # flight drained); the watchdog kills a server still there after that drain
+                backstop_s = run_s + run_options.interrupt_grace_s + 5.0
                 dog = stack.enter_context(
-                    _Watchdog(server, self.exp.timeouts.run_s, self.exp.timeouts.stop_grace_s)
+                    _Watchdog(server, backstop_s, self.exp.timeouts.stop_grace_s)
                 )
             result = run_replay(
                 self.trace,
@@ -323,12 +327,13 @@ class RunSteps:
                 virtual=False,
                 provenance=st.prov,
                 counters_fn=counters_fn,
+                deadline=(run_s, f"run exceeded timeouts.run_s = {run_s:g} s"),
             )
         st.reason = result.get("reason")
         st.result_status = result.get("status")
         if dog is not None and dog.timed_out:
             st.status_override = RunStatus.FAILED
-            st.reason = f"run exceeded timeouts.run_s = {self.exp.timeouts.run_s:g} s"
+            st.reason = f"run exceeded timeouts.run_s = {run_s:g} s"
         elif (
             server is not None
             and not server.alive()
