@@ -89,6 +89,18 @@ def test_a_server_that_exits_early_fails_with_its_log_tail(tmp_path):
     assert "exit code 3" in str(e.value) and "bad flag --x" in str(e.value)
 
 
+def test_a_server_that_exits_without_a_word_says_its_log_is_empty(tmp_path):
+    spec = LaunchSpec(argv=[sys.executable, "-c", "import sys; sys.exit(4)"], ready_timeout_s=30)
+    server = ServerProcess(spec, tmp_path / "server.log", "127.0.0.1", free_port())
+    try:
+        server.start()
+        with pytest.raises(EngineError) as e:
+            server.wait_ready()
+    finally:
+        server.stop(1.0)
+    assert str(e.value).endswith("(exit code 4); its log is empty"), str(e.value)
+
+
 def test_health_timeout_and_missing_binary(tmp_path):
     spec = LaunchSpec(argv=[sys.executable, "-c", "import time; time.sleep(60)"])
     server = ServerProcess(spec, tmp_path / "server.log", "127.0.0.1", free_port())

@@ -194,6 +194,8 @@ class ServerProcess:
     def _died(self, what: str) -> EngineError:
         code = self.proc.poll() if self.proc else None
         tail = log_tail(self.log_path, 20)
+        if not tail.strip():  # killed before it wrote a line: say so, not an empty excerpt
+            return EngineError(f"server {what} (exit code {code}); its log is empty")
         return EngineError(f"server {what} (exit code {code}); last lines of its log:\n{tail}")
 
     def wait_ready(self, timeout_s: float | None = None, poll_s: float = 0.1) -> None:
