@@ -429,56 +429,40 @@ def test_bad_simulator_options_leave_no_run_directory(tmp_path, capsys):
     assert not (tmp_path / "o").exists()
 
 
-def test_a_run_whose_every_call_failed_exits_1_and_a_wrong_kind_is_said(trace_file, tmp_path):
+def test_a_run_whose_every_call_failed_exits_1_and_a_wrong_kind_is_said(
+    trace_file, tmp_path, sim_server
+):
     """A wrong --served-model: the simulator's server answers every call 404 (as vLLM does);
     the run measured nothing, so it exits 1 as a sweep does, with its files readable. A wrong
     --engine-kind gets a warning naming the kind the server's metrics are."""
-    ready = tmp_path / "port"
-    server = subprocess.Popen(
-        [*REPLAY, "sim", "serve", "--port", "0", "--ready-file", str(ready)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT,
+    url = sim_server
+    out = tmp_path / "run"
+    cp = _replay(
+        "run", "--trace", str(trace_file), "--pool", "2", "--out", str(out), "--url", url,
+        "--served-model", "not-served", "--gap-scale", "0", "--json",
     )  # fmt: skip
-    try:
-        deadline = time.monotonic() + 60
-        while not (ready.exists() and ready.read_text().strip()):
-            assert server.poll() is None and time.monotonic() < deadline, "no sim server"
-            time.sleep(0.05)
-        url = f"http://127.0.0.1:{ready.read_text().strip()}"
-        out = tmp_path / "run"
-        cp = _replay(
-            "run", "--trace", str(trace_file), "--pool", "2", "--out", str(out), "--url", url,
-            "--served-model", "not-served", "--gap-scale", "0", "--json",
-        )  # fmt: skip
-        assert cp.returncode == 1, cp.stderr
-        assert "every call failed" in cp.stderr
-        summary = orjson.loads(cp.stdout)
-        assert summary["status"] == "errors" and summary["errors"] == summary["calls"] > 0
-        assert orjson.loads((out / "run.json").read_bytes())["status"] == "errors"
-        ok = tmp_path / "ok"
-        cp = _replay(
-            "run", "--trace", str(trace_file), "--pool", "2", "--out", str(ok), "--url", url,
-            "--gap-scale", "0",
-        )  # fmt: skip
-        assert cp.returncode == 0, cp.stderr
-        assert "warning" not in cp.stderr
-        # an --engine-kind whose metrics the server does not have: said, not all-null in silence
-        wrong = tmp_path / "wrong"
-        cp = _replay(
-            "run", "--trace", str(trace_file), "--pool", "2", "--out", str(wrong), "--url", url,
-            "--engine-kind", "vllm", "--gap-scale", "0",
-        )  # fmt: skip
-        assert cp.returncode == 0, cp.stderr
-        assert "has sim-server's metrics, not vllm's" in cp.stderr
-        run = orjson.loads((wrong / "run.json").read_bytes())
-        warned = run["summary"]["warnings"]
-        assert any("--engine-kind sim-server" in w for w in warned), warned
-    finally:
-        server.send_signal(signal.SIGTERM)
-        try:
-            server.wait(10)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
+    assert cp.returncode == 1, cp.stderr
+    assert "every call failed" in cp.stderr
+    summary = orjson.loads(cp.stdout)
+    assert summary["status"] == "errors" and summary["errors"] == summary["calls"] > 0
+    assert orjson.loads((out / "run.json").read_bytes())["status"] == "errors"
+    ok = tmp_path / "ok"
+    cp = _replay(
+        "run", "--trace", str(trace_file), "--pool", "2", "--out", str(ok), "--url", url,
+        "--gap-scale", "0",
+    )  # fmt: skip
+    assert cp.returncode == 0, cp.stderr
+    assert "warning" not in cp.stderr
+    # an --engine-kind whose metrics the server does not have: said, not all-null in silence
+    wrong = tmp_path / "wrong"
+    cp = _replay(
+        "run", "--trace", str(trace_file), "--pool", "2", "--out", str(wrong), "--url", url,
+        "--engine-kind", "vllm", "--gap-scale", "0",
+    )  # fmt: skip
+    assert cp.returncode == 0, cp.stderr
+    assert "has sim-server's metrics, not vllm's" in cp.stderr
+    warned = orjson.loads((wrong / "run.json").read_bytes())["summary"]["warnings"]
+    assert any("--engine-kind sim-server" in w for w in warned), warned
 
 
 def test_a_second_run_on_the_same_out_is_refused_while_the_first_runs(trace_file, tmp_path):

@@ -65,13 +65,14 @@ def make(
     calls=5,
     extra="",
     predict=False,
+    edit=lambda text: text,
 ):
     p = tmp_path / f"{name}.toml"
     p.write_text(
-        TEMPLATE.format(
+        edit(TEMPLATE.format(
             name=name, repeats=repeats, tiers=tiers, gap_scale=gap_scale, calls=calls,
             engine_extra=extra, predict=str(predict).lower(),
-        )
+        ))
     )  # fmt: skip
     return load_experiment(p)
 
@@ -352,20 +353,16 @@ def test_times_on_different_clocks_are_not_compared(tmp_path):
     from replay.cli.compare_cmd import load_side
     from replay.report.analyse import analyse
 
-    toml = tmp_path / "mixed.toml"
-    text = TEMPLATE.format(
-        name="mixed",
-        repeats=2,
-        tiers="[1]",
-        gap_scale=0.0,
-        calls=3,
-        predict="false",
-        engine_extra="[engine.sim-server]\ntime_scale = 0.0",
-    ).replace("time_scale = 0.0\n[engine", "[engine")  # the server's option, in its own table
-    toml.write_text(
-        text.replace("host_tier_gib = [1]", 'host_tier_gib = [1]\nengine = ["sim", "sim-server"]')
-    )
-    result = run_sweep(load_experiment(toml), results_root=tmp_path / "r", echo=lambda s: None)
+    def mixed(text: str) -> str:  # time_scale is the server's option: in its own table
+        text = text.replace("time_scale = 0.0\n", "").replace(
+            "[matrix]", "[engine.sim-server]\ntime_scale = 0.0\n[matrix]"
+        )
+        return text.replace(
+            "host_tier_gib = [1]", 'host_tier_gib = [1]\nengine = ["sim", "sim-server"]'
+        )
+
+    exp = make(tmp_path, name="mixed", repeats=2, tiers="[1]", calls=3, edit=mixed)
+    result = run_sweep(exp, results_root=tmp_path / "r", echo=lambda s: None)
     assert [o.status for o in result.outcomes] == ["ok"] * 4
     res = load_results(result.exp_dir)
     assert set(zip(res.runs["engine"], res.runs["clock"], strict=True)) == {
