@@ -58,7 +58,18 @@ def _clocks(runs: pd.DataFrame) -> frozenset[str]:
     return frozenset(str(c) for c in runs["clock"].dropna())
 
 
-def _apart(a: Iterable[Any], b: Iterable[Any]) -> Comparison:
+def _clocks_differ(a: pd.DataFrame, b: pd.DataFrame) -> bool:
+    """Whether both sides say their clock and the clocks differ (runs written before runs
+    recorded it say nothing, and compare as before)."""
+    ca, cb = _clocks(a), _clocks(b)
+    return bool(ca) and bool(cb) and ca != cb
+
+
+def _judge(a: Iterable[Any], b: Iterable[Any], metric: str, alpha: float, apart: bool):
+    """`welch_compare`, except for a time whose sides ran on different clocks: their means
+    only, no difference, verdict `different clocks`."""
+    if not (apart and _is_time(metric)):
+        return welch_compare(a, b, alpha)
     xa, xb = _finite(a), _finite(b)
     ma = float(xa.mean()) if xa.size else math.nan
     mb = float(xb.mean()) if xb.size else math.nan
@@ -185,14 +196,9 @@ def compare_levels(
             if level == baseline:
                 continue
             other = group[group[factor] == level]
-            clocks_differ = (
-                bool(_clocks(base)) and bool(_clocks(other)) and (_clocks(base) != _clocks(other))
-            )
+            apart = _clocks_differ(base, other)
             for metric in metrics:
-                if clocks_differ and _is_time(metric):
-                    cmp = _apart(base[metric], other[metric])
-                else:
-                    cmp = welch_compare(base[metric], other[metric], alpha)
+                cmp = _judge(base[metric], other[metric], metric, alpha, apart)
                 rows.append(
                     {
                         "factor": factor,
@@ -304,15 +310,9 @@ def compare_sides(
     """B against baseline A for every metric: one row per metric with the `Comparison` fields
     (difference, its interval, Welch's verdict). `a` and `b` hold one row per repeat."""
     metrics = numeric_metrics(a, b) if metrics is None else list(metrics)
-    apart = bool(_clocks(a)) and bool(_clocks(b)) and _clocks(a) != _clocks(b)
+    apart = _clocks_differ(a, b)
     rows = [
-        {
-            "metric": m,
-            **asdict(
-                _apart(a[m], b[m]) if apart and _is_time(m) else welch_compare(a[m], b[m], alpha)
-            ),
-            "method": METHOD,
-        }
+        {"metric": m, **asdict(_judge(a[m], b[m], m, alpha, apart)), "method": METHOD}
         for m in metrics
         if m in a.columns and m in b.columns
     ]

@@ -116,9 +116,11 @@ def comparison_sentence(row: Mapping[str, Any], others: Mapping[str, Any]) -> st
     n = f"n={int(row['n_a'])} vs {int(row['n_b'])}"
     rel, lo, hi = row["rel_diff"], row["rel_low"], row["rel_high"]
     if verdict in (NO_DATA, DIFFERENT_CLOCKS) or _missing(rel):
-        why = verdict if verdict in (NO_DATA, DIFFERENT_CLOCKS) else "baseline is 0"
-        if verdict == DIFFERENT_CLOCKS:
-            why += ": the in-process simulator's virtual seconds against wall seconds"
+        why = {
+            NO_DATA: NO_DATA,
+            DIFFERENT_CLOCKS: f"{DIFFERENT_CLOCKS}: the in-process simulator's virtual seconds "
+            "against wall seconds",
+        }.get(verdict, "baseline is 0")
         return f"{level} vs {base}{where}: {metric} cannot be compared ({why}, {n})."
     verb = "lowers" if rel < 0 else "raises"
     if verdict == SINGLE_REPEAT and rel == 0:

@@ -154,9 +154,7 @@ class _Pool:
             await self._drain()
             raise
         finally:
-            if self._silence_check is not None:  # the run is over: no silence can fail it now
-                self._silence_check.cancel()
-                self._silence_check = None
+            self._no_silence_due()  # the run is over: no silence can fail it now
             for h in helpers:
                 h.cancel()
             await asyncio.gather(*helpers, return_exceptions=True)
@@ -403,9 +401,7 @@ class _Pool:
     def _answered(self) -> None:
         now = self.answered_at = self.loop.time()
         self._silent_busy_s = 0.0
-        if self._silence_check is not None:  # the server spoke: no silence is due
-            self._silence_check.cancel()
-            self._silence_check = None
+        self._no_silence_due()  # the server spoke
         if self._busy_since is not None:  # calls still in flight: their silence starts now
             self._busy_since = now
 
@@ -435,6 +431,11 @@ class _Pool:
             self._silence_check = self.loop.call_later(
                 limit_s - silent_s, self._recheck_silence, timeout
             )
+
+    def _no_silence_due(self) -> None:
+        if self._silence_check is not None:
+            self._silence_check.cancel()
+            self._silence_check = None
 
     def _recheck_silence(self, timeout: RequestFailed) -> None:
         self._silence_check = None

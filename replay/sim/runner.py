@@ -149,24 +149,27 @@ class EngineRunner:
         """Output tokens `seq` has by now: those committed, plus one for each step of the plan
         in flight that holds it as a decode and has ended (a step's token exists at its end, as
         an engine streams it; a cut keeps every step that ended, so none is taken back)."""
-        plan = self._plan
-        n = seq.generated
-        if plan is not None and any(s is seq for s in plan.decode):
-            ended = int(np.searchsorted(self._cum, self.clock.now() - plan.start, side="right"))
-            n += min(ended, self._steps_cap)
+        steps = self._steps_ended(seq)
+        n = seq.generated + (0 if steps is None else min(steps[1], self._steps_cap))
         return min(n, seq.output_len)
 
     def next_step_wall_s(self, seq: Seq) -> float | None:
         """Wall seconds until the next step of the plan in flight that gives `seq` a token
         ends; None when no planned step does (it is waiting, prefilling or idle)."""
+        steps = self._steps_ended(seq)
+        if steps is None or steps[1] >= self._steps_cap:
+            return None
+        elapsed, k = steps
+        return self.clock.wall_s(float(self._cum[k]) - elapsed)
+
+    def _steps_ended(self, seq: Seq) -> tuple[float, int] | None:
+        """(simulated seconds since the plan in flight began, how many of its steps have ended),
+        or None when that plan does not decode `seq`."""
         plan = self._plan
         if plan is None or not any(s is seq for s in plan.decode):
             return None
         elapsed = self.clock.now() - plan.start
-        k = int(np.searchsorted(self._cum, elapsed, side="right"))
-        if k >= self._steps_cap:
-            return None
-        return self.clock.wall_s(float(self._cum[k]) - elapsed)
+        return elapsed, int(np.searchsorted(self._cum, elapsed, side="right"))
 
     def _changed(self) -> None:
         if self.on_change is not None:

@@ -68,8 +68,8 @@ def _served_model(options: Mapping[str, Any]) -> str | None:
 
 
 class _Watchdog:
-    """Kills the server when the run exceeds its time limit, so the replay fails fast (the driver
-    turns refused connections into a failed run); notes when the server died on its own."""
+    """Kills the server when the run outlasts `limit_s`: the backstop for a replay that did not
+    stop itself at its deadline (run_replay's `deadline`) and drain in time."""
 
     def __init__(self, server: ServerProcess, limit_s: float, grace_s: float):
         self.server, self.limit_s, self.grace_s = server, limit_s, grace_s
@@ -310,6 +310,7 @@ class RunSteps:
         )
         server = st.server
         run_s = self.exp.timeouts.run_s
+        past_run_s = f"run exceeded timeouts.run_s = {run_s:g} s"
         with contextlib.ExitStack() as stack:
             dog = None
             if server is not None:
@@ -327,13 +328,13 @@ class RunSteps:
                 virtual=False,
                 provenance=st.prov,
                 counters_fn=counters_fn,
-                deadline=(run_s, f"run exceeded timeouts.run_s = {run_s:g} s"),
+                deadline=(run_s, past_run_s),
             )
         st.reason = result.get("reason")
         st.result_status = result.get("status")
         if dog is not None and dog.timed_out:
             st.status_override = RunStatus.FAILED
-            st.reason = f"run exceeded timeouts.run_s = {run_s:g} s"
+            st.reason = past_run_s
         elif (
             server is not None
             and not server.alive()
