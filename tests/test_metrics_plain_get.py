@@ -189,3 +189,46 @@ def test_a_server_restart_seen_between_scrapes_keeps_what_it_had_counted():
         counters = delta_counters_fn(rec, mapper, start, info)()
         rec.stop()
     assert counters["prompt_tokens"] == 800 + 1500 and info["counter_resets"] == 1
+
+
+def test_the_end_scrape_and_stop_do_not_wait_behind_a_periodic_scrape_on_a_hung_server(tmp_path):
+    """A periodic scrape stuck on a server that stopped answering held the recorder's lock for
+    its whole timeout: the end scrape waited behind it, then `stop` waited for it again (about
+    12 s of a Ctrl-C against a hung server). What it brings back after the end scrape is not the
+    run's: it is dropped, not read as a counter that fell (a reset)."""
+    import asyncio
+    import time
+    from types import SimpleNamespace
+
+    import orjson
+
+    from replay.metrics.scrape import MetricsRecorder, delta_counters_fn
+
+    async def script(ex) -> bool:
+        value = {0: 100, 1: 50}.get(ex.index, 300)  # the stuck one would read as a fall
+        if ex.index == 1:
+            await asyncio.sleep(1.5)
+        body = b"# TYPE p_total counter\np_total %d\n" % value
+        ex.writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n" % len(body) + body)
+        return True
+
+    mapper = SimpleNamespace(
+        map_counters=lambda s: {"prompt_tokens": s["p_total"][()]}, metrics_lag_s=0
+    )
+    series = tmp_path / "metrics.jsonl"
+    with ScriptServer(script) as srv:
+        url = f"http://127.0.0.1:{srv.port}/metrics"
+        rec = MetricsRecorder(url, mapper.map_counters, series, interval_s=0.05, timeout_s=5)
+        start = mapper.map_counters(rec.start())
+        while len(srv.exchanges) < 2:  # the periodic scrape is in, and stuck
+            time.sleep(0.01)
+        t0 = time.monotonic()
+        info: dict = {}
+        counters = delta_counters_fn(rec, mapper, start, info)()
+        rec.stop()
+        took_s = time.monotonic() - t0
+        time.sleep(1.6)  # the stuck scrape comes back
+    assert counters["prompt_tokens"] == 200 and "counter_resets" not in info
+    assert took_s < 1.0, took_s
+    lines = [orjson.loads(x)["counters"]["prompt_tokens"] for x in series.read_bytes().splitlines()]
+    assert lines == [100, 300] and rec.resets == 0 and rec.errors == 0

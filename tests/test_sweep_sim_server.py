@@ -7,6 +7,7 @@ server orphaned by a SIGKILLed sweep, stopped by the next sweep.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -382,3 +383,56 @@ def test_times_on_different_clocks_are_not_compared(tmp_path):
                        capture_output=True, text=True, cwd=ROOT)  # fmt: skip
     assert r.returncode == 0, r.stderr
     assert "cannot be compared (different clocks" in report.read_text()
+
+
+@pytest.mark.slow
+def test_a_second_ctrl_c_against_a_hung_server_ends_the_sweep_promptly(tmp_path):
+    """A server that stops answering mid-run (SIGSTOPped here), then Ctrl-C twice: the second
+    means "now". Before, the second was lost: the server's stop still waited its whole grace
+    (15 s by default), the end scrape waited behind a periodic scrape stuck on the same server,
+    and the recorder's stop waited for that scrape again; the run's reason said the replay had
+    not finished although the driver had recorded its interrupted run."""
+    exp = make(
+        tmp_path,
+        name="h",
+        repeats=1,
+        tiers="[0]",
+        gap_scale=0.5,
+        calls=8,
+        edit=lambda t: t.replace("stop_grace_s = 5", "stop_grace_s = 30"),
+    )
+    results = tmp_path / "results"
+    cmd = [sys.executable, "-m", "replay.cli.main", "sweep", exp.source, "--results", str(results)]
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    servers: list[int] = []
+    try:
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline and not list(results.glob("h/*/r0/metrics.jsonl")):
+            time.sleep(0.05)
+        time.sleep(0.5)  # a periodic scrape or two taken
+        servers = sim_servers_of(proc.pid)
+        assert servers
+        for pid in servers:
+            os.kill(pid, signal.SIGSTOP)
+        time.sleep(0.5)  # a periodic scrape now hangs on the stopped server
+        t0 = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        time.sleep(0.5)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=90)
+        took_s = time.monotonic() - t0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        for pid in servers:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+    assert proc.returncode == 130, err.decode()
+    assert not any(pid_running(p) for p in servers)
+    (run_dir,) = results.glob("h/*/r0")
+    doc = run_json(run_dir)
+    assert doc["status"] == "interrupted"
+    assert "before the replay finished" not in (doc["reason"] or "")
+    # the end scrape's own timeout (5 s) is the one wait left; the stop grace (30 s) is cut
+    assert took_s < 12, took_s

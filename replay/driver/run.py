@@ -138,6 +138,7 @@ def run_replay(
     warnings: Sequence[str] = (),
     slo_s: Mapping[str, float] | None = None,
     deadline: tuple[float, str] | None = None,
+    on_hurry: Callable[[], None] | None = None,
 ) -> dict[str, Any]:
     """Replay `trace` and write `out_dir`; return the summary plus `status` and `reason`.
 
@@ -151,10 +152,12 @@ def run_replay(
     `slo_s`: service-level objectives ({"ttft_s": 2.0, ...}) for the summary's goodput.
     `deadline`: (seconds, reason): past that long the run stops as `failed` with that reason,
     as a signal stops it (no new sends or retries, calls in flight get their grace).
+    `on_hurry()`: called from the signal handler on the second signal, whenever it comes, so the
+    caller can cut short what it stops afterwards (a sweep: its server's stop grace).
     """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    guard = _SignalGuard()
+    guard = _SignalGuard(on_hurry)
     with guard:
         summary = _run(
             trace,
@@ -370,9 +373,10 @@ class _SignalGuard:
     # its files written, instead of killing it mid-write
     SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
-    def __init__(self) -> None:
+    def __init__(self, on_hurry: Callable[[], None] | None = None) -> None:
         self.hits = 0
         self.on_signal: Callable[[int], None] | None = None
+        self.on_hurry = on_hurry
         self._unhandled: list[int] = []
         self._previous: dict[int, Any] = {}
 
@@ -387,6 +391,10 @@ class _SignalGuard:
 
     def _handle(self, signum: int, frame: Any) -> None:
         self.hits += 1
+        # the second signal means "now" wherever it lands: in the loop, or in the end scrape
+        # after it, where no loop takes it (before, it only re-raised the first's interrupt)
+        if self.hits >= 2 and self.on_hurry is not None:
+            self.on_hurry()
         if self.on_signal is not None:
             self.on_signal(self.hits)
         else:

@@ -51,7 +51,7 @@ class MetricsRecorder:
 
     `first` and `last` hold the parsed samples of the first and latest successful scrapes;
     `errors` counts failed scrapes (a dying server shows up here, and in the gap in the series).
-    Use `scrape_now()` for the exact start/end scrapes around a replay.
+    Use `scrape_now()` for the exact start scrape and `final_scrape()` for the end one.
 
     A canonical counter that falls between two scrapes was reset (the server restarted): what
     it had counted is kept in `lost` (per counter) and `resets` counts the falls, so the run's
@@ -89,20 +89,32 @@ class MetricsRecorder:
         self.resets = 0
 
     def scrape_now(self) -> Samples:
-        """One scrape, recorded in the series; raises EngineError when it fails."""
+        """One scrape, recorded in the series; raises EngineError when it fails. For the start
+        scrape, before the periodic ones begin, and the end scrape (`final_scrape`)."""
+        samples = fetch_samples(self.url, timeout_s=self.timeout_s, client=self._client)
         with self._lock:
-            samples = fetch_samples(self.url, timeout_s=self.timeout_s, client=self._client)
-            if self.first is None:
-                self.first = samples
-            self.last = samples
-            self.last_t_s = time.monotonic() - self._t0
-            counters = self.map_counters(samples)
-            self._note_resets(counters)
-            if self._out is not None:
-                line = {"t_s": round(self.last_t_s, 3), "counters": counters}
-                self._out.write(orjson.dumps(line) + b"\n")
-                self._out.flush()
-            return samples
+            self._keep(samples)
+        return samples
+
+    def final_scrape(self) -> Samples:
+        """The end scrape: the periodic scrapes stop first, so none lands after it in the series
+        (a late one would read as a counter reset), and it does not wait behind one stuck on
+        a hung server."""
+        with self._lock:
+            self._stop.set()
+        return self.scrape_now()
+
+    def _keep(self, samples: Samples) -> None:
+        if self.first is None:
+            self.first = samples
+        self.last = samples
+        self.last_t_s = time.monotonic() - self._t0
+        counters = self.map_counters(samples)
+        self._note_resets(counters)
+        if self._out is not None:
+            line = {"t_s": round(self.last_t_s, 3), "counters": counters}
+            self._out.write(orjson.dumps(line) + b"\n")
+            self._out.flush()
 
     def _note_resets(self, counters: dict) -> None:
         fell = False
@@ -117,12 +129,24 @@ class MetricsRecorder:
         self._prev = counters
 
     def _loop(self) -> None:
-        while not self._stop.wait(self.interval_s):
-            try:
-                self.scrape_now()
-            except EngineError as e:
-                self.errors += 1
-                self.last_error = str(e)
+        # its own connection, fetched outside the lock: a scrape stuck on a hung server holds
+        # up neither the end scrape nor `stop` (each waited out its timeout behind it before)
+        client = PlainGetter(self.url, self.timeout_s)
+        try:
+            while not self._stop.wait(self.interval_s):
+                try:
+                    samples = fetch_samples(self.url, timeout_s=self.timeout_s, client=client)
+                except EngineError as e:
+                    with self._lock:
+                        if not self._stop.is_set():
+                            self.errors += 1
+                            self.last_error = str(e)
+                    continue
+                with self._lock:
+                    if not self._stop.is_set():  # taken after the end scrape: not the run's
+                        self._keep(samples)
+        finally:
+            client.close()
 
     def start(self) -> Samples:
         """Open the series file, take the start scrape (first line of the series; raises
@@ -136,10 +160,12 @@ class MetricsRecorder:
         return samples
 
     def stop(self) -> None:
-        """Stop the periodic scrapes and close files; safe to call twice."""
-        self._stop.set()
+        """Stop the periodic scrapes and close files; safe to call twice. A periodic scrape still
+        waiting on the server is left to its timeout: what it brings back is dropped."""
+        with self._lock:
+            self._stop.set()
         if self._thread is not None:
-            self._thread.join(timeout=self.timeout_s + self.interval_s + 1)
+            self._thread.join(timeout=0.5)  # a thread between scrapes ends at once
             self._thread = None
         with self._lock:
             if self._out is not None:
@@ -173,7 +199,7 @@ def delta_counters_fn(
             info["metrics_lag_s"] = mapper.metrics_lag_s
             time.sleep(mapper.metrics_lag_s)
         try:
-            end = mapper.map_counters(recorder.scrape_now())
+            end = mapper.map_counters(recorder.final_scrape())
             end = _plus_lost(end, recorder)
         except EngineError as e:
             info["end_scrape_error"] = str(e)

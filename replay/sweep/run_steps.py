@@ -105,9 +105,11 @@ class _Launch:
     status_override: str | None = None
     reason: str | None = None
     result_status: str | None = None
+    replay_recorded: bool = False  # the driver wrote the run's own status and reason
 
     def hurry(self) -> None:
-        """A signal came while the server is being stopped: SIGKILL it rather than wait."""
+        """A second signal, or one while the server is being stopped: SIGKILL it at its stop
+        rather than wait its grace."""
         if self.server is not None:
             self.server.hurry = True
 
@@ -200,8 +202,9 @@ class RunSteps:
         except ReplayError as e:
             st.status_override, st.reason = RunStatus.FAILED, str(e)
         except KeyboardInterrupt:
-            st.status_override = RunStatus.INTERRUPTED
-            st.reason = "interrupted before the replay finished"
+            if not st.replay_recorded:  # else run.json says how the replay ended, in its words
+                st.status_override = RunStatus.INTERRUPTED
+                st.reason = "interrupted before the replay finished"
             raise
         finally:
             from replay.sweep.signals import interrupts_deferred
@@ -320,16 +323,22 @@ class RunSteps:
                 dog = stack.enter_context(
                     _Watchdog(server, backstop_s, self.exp.timeouts.stop_grace_s)
                 )
-            result = run_replay(
-                self.trace,
-                factory,
-                run_options,
-                run_dir,
-                virtual=False,
-                provenance=st.prov,
-                counters_fn=counters_fn,
-                deadline=(run_s, past_run_s),
-            )
+            try:
+                result = run_replay(
+                    self.trace,
+                    factory,
+                    run_options,
+                    run_dir,
+                    virtual=False,
+                    provenance=st.prov,
+                    counters_fn=counters_fn,
+                    deadline=(run_s, past_run_s),
+                    on_hurry=st.hurry,
+                )
+            except KeyboardInterrupt:
+                # the driver raises a signal it did not handle only once run.json is written
+                st.replay_recorded = True
+                raise
         st.reason = result.get("reason")
         st.result_status = result.get("status")
         if dog is not None and dog.timed_out:
