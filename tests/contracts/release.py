@@ -15,6 +15,7 @@ import os
 import re
 import subprocess
 import sys
+import warnings
 import zipfile
 from collections.abc import Callable, Iterable, Mapping
 from functools import cache
@@ -49,7 +50,10 @@ def release_root(package: str, version: str) -> Path:
 
 @cache
 def parse(path: Path) -> ast.Module:
-    return ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    with warnings.catch_warnings():  # a release's own invalid escapes are not ours to report
+        warnings.simplefilter("ignore", SyntaxWarning)
+        warnings.simplefilter("ignore", DeprecationWarning)
+        return ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
 
 
 def py_files(root: Path, *subdirs: str) -> list[Path]:
@@ -142,6 +146,54 @@ def flags_of(sources: Iterable[Path], argv: Iterable[str]) -> set[str]:
 def metric_names(files: Iterable[Path], prefix: str) -> set[str]:
     """Every `prefix:name` metric literal in `files` (an adapter's reads, or a release's names)."""
     return string_constants(files, re.compile(rf"^{prefix}:[a-z0-9_]+$"), f"{prefix}:")
+
+
+def metric_kinds(files: Iterable[Path], prefix: str) -> dict[str, str]:
+    """{`prefix:name`: counter | histogram | gauge | summary} for each metric a release creates
+    with its name as a literal argument, the kind read from the constructor's name (vLLM's
+    `self._counter_cls(...)`, SGLang's `Counter(...)`)."""
+    literal = re.compile(rf"^{prefix}:[a-z0-9_]+$")
+    kinds: dict[str, str] = {}
+    for path in files:
+        for call in ast.walk(parse(path)):
+            if not isinstance(call, ast.Call):
+                continue
+            made = ast.unparse(call.func).lower()
+            kind = next(
+                (k for k in ("counter", "histogram", "gauge", "summary") if k in made), None
+            )
+            args = [*call.args, *(k.value for k in call.keywords)]
+            for arg in args:
+                if kind and isinstance(arg, ast.Constant) and literal.match(str(arg.value)):
+                    kinds.setdefault(arg.value, kind)
+    return kinds
+
+
+def check_metric_kinds(
+    read: Iterable[str],
+    kinds: Mapping[str, str],
+    *,
+    adapter: str,
+    engine: str,
+    checked: str,
+    pinned: str,
+) -> list[str]:
+    """One problem per metric the adapter reads with a suffix its kind does not expose: `_total`
+    is a counter's, `_sum`/`_count`/`_bucket` a histogram's, none a gauge's. A counter turned
+    histogram still has the name, and the `_total` the adapter reads would be missing."""
+    wanted = {"_total": {"counter"}, "_sum": {"histogram", "summary"}}
+    problems = []
+    for name in sorted(set(read)):
+        base = metric_base(name)
+        suffix = name[len(base) :]
+        kind = kinds.get(base) or kinds.get(name)
+        allowed = wanted.get(suffix, {"histogram"} if suffix else {"gauge"})
+        if kind is not None and kind not in allowed:
+            problems.append(
+                f"{adapter} reads {name} as a {'/'.join(sorted(allowed))}, which {engine} "
+                f"{checked} makes a {kind} (the adapter was last checked against {engine} {pinned})"
+            )
+    return problems
 
 
 def names_both_versions(

@@ -17,6 +17,7 @@ import numpy as np
 import orjson
 import pytest
 
+from replay.driver.http_common import default_request_fields
 from replay.engines import sglang, sglang_forcing
 from tests.contracts.release import (
     arg_aliases,
@@ -24,10 +25,13 @@ from tests.contracts.release import (
     check_fields,
     check_flag_types,
     check_flags,
+    check_metric_kinds,
     check_metrics,
     dataclass_fields,
     flags_of,
     method_params,
+    metric_base,
+    metric_kinds,
     metric_names,
     names_both_versions,
     parse,
@@ -96,6 +100,17 @@ def test_every_metric_the_mapping_reads_is_defined(sglang_release):
     assert names_both_versions(renamed, "sglang:cached_tokens_total", **kw)
 
 
+def test_every_metric_is_read_with_the_suffix_of_its_kind(sglang_release):
+    kinds = metric_kinds(py_files(sglang_release.root, "sglang/srt"), "sglang")
+    read = metric_names([ADAPTER], "sglang") - sglang.LEGACY_METRICS
+    assert read and all(metric_base(n) in kinds or n in kinds for n in read)  # each one checked
+    kw = sglang_release.versions()
+    assert check_metric_kinds(read, kinds, adapter="replay/engines/sglang.py", **kw) == []
+    turned = {**kinds, "sglang:cached_tokens_total": "gauge", "sglang:cached_tokens": "gauge"}
+    (problem,) = check_metric_kinds(read, turned, adapter="a", **kw)
+    assert "sglang:cached_tokens_total" in problem and "gauge" in problem
+
+
 def test_hicache_size_is_decimal_gb_per_rank(sglang_release):
     pool = (sglang_release.root / "sglang/srt/mem_cache/pool_host/base.py").read_text()
     assert "host_size * 1e9" in pool  # the unit the adapter converts GiB into
@@ -112,12 +127,30 @@ PROCESSOR = "sglang/srt/sampling/custom_logit_processor.py"
 def test_request_fields_exist_in_the_completion_request(sglang_release):
     fields = set(dataclass_fields([sglang_release.root / PROTOCOL], {"CompletionRequest"}))
     sent = set(sglang.request_extras(3, [1, 2, 3])) | {"prompt", "model", "stream"}
+    sent |= set(default_request_fields("task", 3))  # what every call sends (the driver's fields)
     assert {"return_cached_tokens_details", "custom_logit_processor", "custom_params"} <= sent
     assert check_fields(sent, fields, model="CompletionRequest", **sglang_release.versions()) == []
     later = sglang_release.versions("0.6.0")
     fewer = fields - {"return_cached_tokens_details"}
     renamed = check_fields(sent, fewer, model="CompletionRequest", **later)
     assert names_both_versions(renamed, "return_cached_tokens_details", **later)
+
+
+def test_token_id_prompts_usage_and_the_cache_reset_are_what_the_release_takes(sglang_release):
+    """A list of ints is the prompt's token ids (not text), the usage chunk carries the cached
+    count only with --enable-cache-report (which the adapter passes), `stream_options` has
+    `include_usage`, and the adapter's reset path is a route."""
+    serving = (
+        sglang_release.root / "sglang/srt/entrypoints/openai/serving_completions.py"
+    ).read_text()
+    assert 'prompt_kwargs = {"input_ids": prompt}' in serving
+    assert "enable_cache_report=get_serving().enable_cache_report" in serving
+    assert "--enable-cache-report" in sglang.launch({"model": "m"}, "h", 1).argv
+    fields = dataclass_fields([sglang_release.root / PROTOCOL], {"CompletionRequest"})
+    assert fields["prompt"].startswith("Union[List[int],")
+    assert "include_usage" in dataclass_fields([sglang_release.root / PROTOCOL], {"StreamOptions"})
+    server = (sglang_release.root / "sglang/srt/entrypoints/http_server.py").read_text()
+    assert f'@app.api_route("{sglang.ADAPTER.reset_path}", methods=["GET", "POST"])' in server
 
 
 def test_the_smallest_max_tokens_is_what_the_completion_request_accepts(sglang_release):

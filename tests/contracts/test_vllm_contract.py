@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from replay.driver.http_common import default_request_fields
 from replay.driver.options import task_identity_fields
 from replay.engines import lmcache, vllm, vllm_forcing, vllm_forcing_v2
 from tests.contracts.release import (
@@ -22,10 +23,13 @@ from tests.contracts.release import (
     argparse_flags,
     check_flag_types,
     check_flags,
+    check_metric_kinds,
     check_metrics,
     dataclass_fields,
     flags_of,
     method_params,
+    metric_base,
+    metric_kinds,
     metric_names,
     names_both_versions,
     parse,
@@ -139,6 +143,26 @@ def test_every_metric_the_mapping_reads_is_defined(vllm_release, lmcache_release
     assert problems == []
 
 
+def test_every_metric_is_read_with_the_suffix_of_its_kind(vllm_release, lmcache_release):
+    """A counter's `_total`, a histogram's `_sum`: a metric that changed kind keeps its name, so
+    only its kind tells that the sample the mapping reads is gone."""
+    kinds = metric_kinds(py_files(vllm_release.root, "vllm"), "vllm")
+    read = metric_names([ADAPTERS["vllm"], ADAPTERS["lmcache"]], "vllm") - vllm.LEGACY_METRICS
+    checked = {n for n in read if metric_base(n) in kinds}
+    assert {"vllm:prompt_tokens_cached_by_source_total", "vllm:prefix_cache_hits_total"} <= checked
+    assert "vllm:request_prefill_kv_computed_tokens_sum" in checked  # a histogram's, too
+    kw = vllm_release.versions()
+    assert check_metric_kinds(read, kinds, adapter="replay/engines/vllm.py", **kw) == []
+    lm_kinds = metric_kinds(py_files(lmcache_release.root, "lmcache"), "lmcache")
+    lm_read = metric_names([ADAPTERS["lmcache"]], "lmcache")
+    assert lm_read and lm_read <= {f"{n}_total" for n in lm_kinds}
+    lm_kw = lmcache_release.versions()
+    assert check_metric_kinds(lm_read, lm_kinds, adapter="lmcache.py", **lm_kw) == []
+    turned = {**kinds, "vllm:prefix_cache_hits": "histogram"}
+    (problem,) = check_metric_kinds(read, turned, adapter="a", **kw)
+    assert "vllm:prefix_cache_hits_total" in problem and "histogram" in problem
+
+
 def test_a_renamed_metric_fails_naming_the_metric_and_both_versions(vllm_release):
     defined = metric_names(py_files(vllm_release.root, "vllm"), "vllm")
     defined -= {"vllm:kv_offload_store_bytes"}
@@ -196,7 +220,52 @@ def test_request_fields_exist_in_the_completion_request(vllm_release):
     fields = completion_fields(vllm_release.root, "vllm/entrypoints", "CompletionRequest")
     sent = set(vllm.request_extras(4, [1, 2, 3, 4])) | {"prompt", "model", "stream"}
     sent |= set(task_identity_fields("task", {}))  # lmcache runs: the study's connector reads it
+    sent |= set(default_request_fields("task", 4))  # what every call sends (the driver's fields)
     assert sent - fields == set()
+
+
+def test_a_prompt_of_token_ids_and_usage_in_the_stream_are_what_the_release_takes(vllm_release):
+    """The driver sends each prompt as a list of token ids and reads the cached tokens from the
+    last chunk's usage: `prompt` takes `list[int]`, `stream_options.include_usage` asks for that
+    chunk, and the cached count is in it only with --enable-prompt-tokens-details."""
+    protocol = vllm_release.root / "vllm/entrypoints/openai/completion/protocol.py"
+    request = next(
+        n
+        for n in ast.walk(parse(protocol))
+        if isinstance(n, ast.ClassDef) and n.name == "CompletionRequest"
+    )
+    prompt = next(
+        s for s in request.body
+        if isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name) and s.target.id == "prompt"
+    )  # fmt: skip
+    assert "list[Annotated[int, Field(ge=0)]]" in ast.unparse(prompt.annotation)
+    options = dataclass_fields(py_files(vllm_release.root, "vllm/entrypoints"), {"StreamOptions"})
+    assert "include_usage" in options
+    serving = (vllm_release.root / "vllm/entrypoints/openai/completion/serving.py").read_text()
+    assert "if self.enable_prompt_tokens_details and num_cached_tokens is not None:" in serving
+    assert "--enable-prompt-tokens-details" in vllm.launch({"model": "m"}, "h", 1).argv
+
+
+def test_the_native_cpu_offload_counts_its_hits_as_host(vllm_release):
+    """Host restores are read from prompt_tokens_cached_by_source{source="host"}: vLLM makes
+    every source's series at 0, so a backend that labelled its hits otherwise (external, disk)
+    would read as no restores at all, with no error."""
+    manager = vllm_release.root / "vllm/v1/kv_offload/cpu/manager.py"
+    load_source = next(
+        n for n in ast.walk(parse(manager))
+        if isinstance(n, ast.FunctionDef) and n.name == "get_load_source"
+    )  # fmt: skip
+    assert ast.unparse(load_source).rstrip().endswith("return CacheHitSource.HOST")
+    # the adapter's `--kv-offloading-backend native` is a valid value and picks that manager's
+    # connector (VLLM_USE_SIMPLE_KV_OFFLOAD, which the adapter never sets, picks another)
+    cache = (vllm_release.root / "vllm/config/cache.py").read_text()
+    assert 'KVOffloadingBackend = Literal["native", "lmcache"]' in cache
+    config = (vllm_release.root / "vllm/config/vllm.py").read_text()
+    assert 'if kv_offloading_backend == "native":' in config
+    argv = vllm.launch({"model": "m", "host_tier_gib": 1}, "h", 1).argv
+    assert argv[argv.index("--kv-offloading-backend") + 1] == "native"
+    env = vllm.launch({"model": "m", "host_tier_gib": 1}, "h", 1).env
+    assert "VLLM_USE_SIMPLE_KV_OFFLOAD" not in env
 
 
 def test_the_smallest_max_tokens_is_what_sampling_params_accepts(vllm_release):
