@@ -158,3 +158,17 @@ def test_repeats_refuse_a_single_runs_folder_and_a_refused_line_leaves_nothing(
     assert _repeated(trace_file, out, "--repeats", "2").returncode == 0
     as_json = _repeated(trace_file, tmp_path / "j", "--repeats", "2", "--json")
     assert as_json.returncode == 2 and "--json: not with --repeats" in as_json.stderr
+
+
+def test_repeats_refused_by_a_running_sweep_leave_its_experiment_file(trace_file, tmp_path):  # noqa: F811
+    """A `--repeats --force` refused because a sweep holds the folder rewrote that sweep's
+    experiment.toml first: its runs lost the record of what they ran."""
+    from replay.sweep.results import exclusive_lock
+
+    out = tmp_path / "busy"
+    out.mkdir()
+    (out / "experiment.toml").write_text('name = "busy"\n# the running sweep\'s file\n')
+    with exclusive_lock(out):  # the running sweep
+        cp = _repeated(trace_file, out, "--repeats", "2", "--force")
+    assert cp.returncode == 2 and "another sweep" in cp.stderr
+    assert (out / "experiment.toml").read_text().endswith("the running sweep's file\n")

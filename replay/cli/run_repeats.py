@@ -11,6 +11,7 @@ the command says so.
 from __future__ import annotations
 
 import math
+import shutil
 import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -89,7 +90,7 @@ def run_repeats(
     Returns (SweepResult, the report's output)."""
     from replay.report import write_report
     from replay.sweep.config import experiment_from_text
-    from replay.sweep.results import write_bytes_atomic
+    from replay.sweep.results import exclusive_lock, write_bytes_atomic
     from replay.sweep.runner import run_sweep
 
     out = Path(out_dir)
@@ -106,21 +107,26 @@ def run_repeats(
     created = not out.exists()
     out.mkdir(parents=True, exist_ok=True)
     path = out / "experiment.toml"
-    old = path.read_text() if path.is_file() else None
-    if old is not None and old != toml_text and not force:
-        raise ConfigError(
-            str(path), "--out", "holds repeats of another command line; pass --force to "
-            "start over, or choose a new directory",
-        )  # fmt: skip
-    # checked before it is kept: a refused trace or option wrote the file, and the corrected
-    # command was then refused as another command line
-    try:
-        exp = experiment_from_text(toml_text, path)
-    except ConfigError:
-        if created:
-            out.rmdir()
-        raise
-    write_bytes_atomic(path, toml_text.encode())
+    # under the folder's lock, as the sweep's own checks are: a command refused because a
+    # sweep is running there rewrote that sweep's experiment file first (the runs' only record
+    # of what they ran, and a later resume was then refused as another experiment)
+    with exclusive_lock(out.resolve()):
+        old = path.read_text() if path.is_file() else None
+        if old is not None and old != toml_text and not force:
+            raise ConfigError(
+                str(path), "--out", "holds repeats of another command line; pass --force to "
+                "start over, or choose a new directory",
+            )  # fmt: skip
+        # checked before it is kept: a refused trace or option wrote the file, and the
+        # corrected command was then refused as another command line
+        try:
+            exp = experiment_from_text(toml_text, path)
+        except ConfigError:
+            if created:
+                shutil.rmtree(out, ignore_errors=True)  # holds only the lock's file
+            raise
+        write_bytes_atomic(path, toml_text.encode())
+    # the sweep takes the lock again (flock: a second hold in one process would refuse itself)
     result = run_sweep(exp, force=force, results_root=out.resolve().parent, echo=echo)
     report = write_report(result.exp_dir, figures=True)
     return result, report
