@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import errno
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -453,3 +454,29 @@ def test_run_force_clears_the_report_a_user_wrote_into_its_directory(tmp_path, c
     (tmp_path / "r" / "notes.txt").write_text("mine")  # a user's own file is still refused
     code, _, err = run_cli([*argv, "--force"], capsys)
     assert code == 2 and "holds files a run does not write (notes.txt)" in err
+
+
+def test_a_costs_file_changed_in_place_is_refused_on_resume(tmp_path):
+    """The experiment file unchanged, its calibrated costs edited: a resume ran the missing
+    runs with the new costs beside the old ones (makespan 46 s against 4 s in the audit), and
+    the runs recorded only the file's path."""
+    from replay.sweep.runner import run_sweep
+
+    costs = tmp_path / "costs.toml"
+    original = (ROOT / "experiments/costs/llamacpp-cpu.toml").read_text()
+    costs.write_text(original)
+    path = tmp_path / "d.toml"
+    text = SIM_TEMPLATE.replace("repeats = 2", "repeats = 1")
+    path.write_text(text.replace('kind = "sim"', f'kind = "sim"\ncosts = "{costs}"'))
+    results = tmp_path / "results"
+    first = run_sweep(load_experiment(path), results_root=results, echo=lambda s: None)
+    shutil.rmtree(first.exp_dir / "host_tier_gib=2")  # a run still to do
+    costs.write_text(
+        original.replace("prefill_s_per_token = 2.5852", "prefill_s_per_token = 9.5852")
+    )
+    with pytest.raises(ConfigError, match="engine.costs: the costs file .* changed since the runs"):
+        run_sweep(load_experiment(path), results_root=results, echo=lambda s: None)
+    assert not (first.exp_dir / "host_tier_gib=2").exists()  # nothing ran
+    costs.write_text(original)  # restored: the resume goes on
+    again = run_sweep(load_experiment(path), results_root=results, echo=lambda s: None)
+    assert sorted(o.status for o in again.outcomes) == ["ok", "skipped"]

@@ -11,8 +11,8 @@ the command says so.
 from __future__ import annotations
 
 import math
-import shutil
 import re
+import shutil
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any

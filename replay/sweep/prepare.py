@@ -7,13 +7,14 @@ import contextlib
 import copy
 import dataclasses
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 from replay.engines.registry import get_engine
 from replay.errors import ConfigError, ReplayError
 from replay.sweep.config import Experiment, Point
+from replay.sweep.plan import PlannedRun
 from replay.sweep.results import RUN_FILES, write_bytes_atomic, write_json_atomic
 
 __all__ = [
@@ -93,6 +94,45 @@ def check_trace_file(exp: Experiment, exp_dir: Path, sha256: str | None, *, forc
             f"they replayed {before[:12]}...); restore it, rerun with --force to start over, or "
             "give the experiment a new name",
         )
+
+
+def costs_sha256(exp: Experiment, planned: Iterable[PlannedRun]) -> dict[str, str]:
+    """{path: sha256} of each calibrated costs file (`engine.costs`) a planned run reads."""
+    import hashlib
+
+    out: dict[str, str] = {}
+    for point in {p.point for p in planned}:
+        path = exp.resolve(point)[1].get("costs")
+        if isinstance(path, str) and path and path not in out:
+            with contextlib.suppress(OSError):  # unreadable: the run itself says so
+                out[path] = hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    return out
+
+
+def check_costs_files(
+    exp: Experiment, exp_dir: Path, sha256: dict[str, str], *, force: bool
+) -> None:
+    """A resume simulates with the costs the runs there used (plan.json's `costs_sha256`): a
+    costs file edited in place under the same experiment file mixed two calibrations in one
+    folder, with nothing in the runs to tell them apart."""
+    if force or not sha256 or not _run_dirs(exp_dir):
+        return
+    try:
+        before = json.loads((exp_dir / "plan.json").read_text()).get("costs_sha256")
+    except (OSError, ValueError, AttributeError):
+        return
+    if not isinstance(before, dict):
+        return
+    for path, sha in sorted(sha256.items()):
+        was = before.get(path)
+        if isinstance(was, str) and was != sha:
+            raise ConfigError(
+                exp.source,
+                "engine.costs",
+                f"the costs file {path} changed since the runs in {exp_dir} (sha256 "
+                f"{sha[:12]}..., they used {was[:12]}...); restore it, rerun with --force to "
+                "start over, or give the experiment a new name",
+            )
 
 
 def keep_experiment_file(exp_dir: Path, text: bytes) -> None:

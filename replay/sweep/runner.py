@@ -28,8 +28,10 @@ from replay.status import RunStatus
 from replay.sweep.config import Experiment
 from replay.sweep.plan import PlannedRun, plan_runs
 from replay.sweep.prepare import (
+    check_costs_files,
     check_experiment_file,
     check_trace_file,
+    costs_sha256,
     keep_experiment_file,
     load_trace,
     set_aside_runs,
@@ -194,6 +196,8 @@ class SweepRunner(RunSteps):
 
             require_ready(self.exp, self.trace, self.exp_dir)  # a failure stops the sweep here
         planned = plan_runs(self.exp, self.order)
+        costs_sha = costs_sha256(self.exp, planned)
+        check_costs_files(self.exp, self.exp_dir, costs_sha, force=self.force)
         if self.force:  # --force starts over: no earlier run may pass for one of this file's
             moved = set_aside_runs(self.exp_dir)
             if moved is not None:
@@ -209,6 +213,7 @@ class SweepRunner(RunSteps):
                 # the kept experiment.toml's relative paths were written from here
                 "experiment_dir": str(Path(self.exp.source).resolve().parent),
                 "trace_sha256": trace_sha,
+                "costs_sha256": costs_sha,
             },
         )
         if execute is run_in_order:
