@@ -549,3 +549,26 @@ def test_an_output_that_is_an_input_leaves_the_input_as_it_was(name: str, tmp_pa
     _check(case, r["code"], r["out"], r["err"])
     for rel, data in case.files.items():
         assert (d / rel).read_bytes() == data, rel
+
+
+def test_an_output_that_is_a_fifo_or_a_link_is_left_as_it_was(tmp_path):
+    """`-o` is written by renaming a temporary file onto it: a device (`-o /dev/null`), a FIFO or
+    a symbolic link became a plain file, and the command said it had written it."""
+    import os
+
+    trace = str(ROOT / "traces/swe-agent-small.jsonl.gz")
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    aim = tmp_path / "aim.jsonl.gz"
+    aim.write_bytes(b"kept")
+    link = tmp_path / "link.jsonl.gz"
+    link.symlink_to(aim)
+    commands = [
+        (["trace", "slice", trace, "--tasks", "1", "-o"], "trace slice: -o"),
+        (["predict", "--trace", trace, "-o"], "predict: -o"),
+    ]
+    for argv, where in commands:
+        for out, why in ((fifo, "not a regular file"), (link, "is a symbolic link")):
+            r = run_one(str(tmp_path), [*argv, str(out)])
+            assert r["code"] == 2 and where in r["err"] and why in r["err"], r
+    assert fifo.is_fifo() and link.is_symlink() and aim.read_bytes() == b"kept"

@@ -9,6 +9,7 @@ from typing import Any
 import click
 import orjson
 
+from replay.cli.out_file import check_plain_file
 from replay.errors import ConfigError
 
 __all__ = ["command"]
@@ -114,6 +115,7 @@ def _check_out(out: Path, results_dir: Path) -> None:
         raise ConfigError("calibrate", "-o", f"{str(out)!r} is a directory; name a costs file")
     if not out.parent.is_dir():
         raise ConfigError("calibrate", "-o", f"{str(out.parent)!r} does not exist; make it first")
+    check_plain_file(out, "calibrate", "-o")
 
 
 @click.command("calibrate")

@@ -11,6 +11,7 @@ from pathlib import Path
 import click
 import orjson
 
+from replay.cli.out_file import check_plain_file
 from replay.counters import COMPUTED_PREFILL_TOKENS
 from replay.driver.options import MAX_GAP_SCALE, TIMINGS
 from replay.driver.records import chmod_by_umask
@@ -322,6 +323,8 @@ def command(**o) -> None:
             "-o",
             f"{o['out']!r} is the trace: writing it would replace it; give another file",
         )
+    if o["out"]:
+        check_plain_file(o["out"], WHERE, "-o")
     tiers = _numbers(float, o["tiers_gib"], "--tiers-gib")
     sizes = [*((t, "--tiers-gib") for t in tiers), (o["device_gib"], "--device-gib")]
     if o.get("host_gib") is not None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from pathlib import Path
 
+from replay.cli.out_file import check_plain_file
 from replay.errors import ConfigError
 
 __all__ = ["check_out", "write_out"]
@@ -20,6 +21,7 @@ def check_out(out: str, cmd: str, sources: Iterable[str] = ()) -> None:
     target = Path(out)
     if target.is_dir():
         raise ConfigError(f"trace {cmd}", "-o", f"{out!r} is a directory; give a file name")
+    check_plain_file(out, f"trace {cmd}", "-o")
     resolved = target.resolve()
     for src in sources:
         path = Path(src)

@@ -1,0 +1,33 @@
+"""An output file named on the command line is written atomically (a temporary file renamed onto
+it), which replaces whatever the name is: a device (`-o /dev/null`), a FIFO or a symbolic link
+would become a plain file. Such a name is refused before any work."""
+
+from __future__ import annotations
+
+import stat
+from pathlib import Path
+
+from replay.errors import ConfigError
+
+__all__ = ["check_plain_file"]
+
+
+def check_plain_file(out: str | Path, where: str, flag: str) -> None:
+    """Refuse `out` when it exists and is not a regular file, or is a symbolic link."""
+    path = Path(out)
+    try:
+        mode = path.lstat().st_mode
+    except OSError:
+        return  # nothing there yet (or unreachable: the write says why)
+    if stat.S_ISLNK(mode):
+        raise ConfigError(
+            where, flag,
+            f"{str(out)!r} is a symbolic link: the write would replace the link with a file; "
+            f"give the path it points to ({str(path.resolve())!r}) or another name",
+        )  # fmt: skip
+    if not stat.S_ISREG(mode) and not stat.S_ISDIR(mode):  # directories: each caller's words
+        raise ConfigError(
+            where, flag,
+            f"{str(out)!r} is not a regular file (a device, FIFO or socket): the write would "
+            "replace it with a file; give a file name",
+        )  # fmt: skip
