@@ -69,17 +69,20 @@ def traces(draw) -> Trace:
         ctx = 0
         for i in range(n_calls):
             keep = draw(st.integers(0, ctx))
+            fresh = int(keep == 0)  # a prompt has at least one token
             if blocks:
                 assert bs is not None
                 append = np.array(
-                    draw(st.lists(st.integers(-(2**63), 2**63 - 1), max_size=5)), np.int64
+                    draw(st.lists(st.integers(-(2**63), 2**63 - 1), min_size=fresh, max_size=5)),
+                    np.int64,
                 )
                 n_blocks = keep + len(append)
                 prompt_len = draw(
-                    st.integers(max(0, (n_blocks - 1) * bs + 1), (n_blocks + 1) * bs - 1)
+                    st.integers(max(1, (n_blocks - 1) * bs + 1), (n_blocks + 1) * bs - 1)
                 )
             else:
-                append = np.array(draw(st.lists(st.integers(0, vocab - 1), max_size=12)), np.int32)
+                ids = st.lists(st.integers(0, vocab - 1), min_size=fresh, max_size=12)
+                append = np.array(draw(ids), np.int32)
                 prompt_len = keep + len(append)
             output = None
             if draw(st.booleans()):

@@ -146,6 +146,8 @@ def check_call(
         append = ln.ints("append", np.int32, h.vocab_size)
     output = ln.ints("output", np.int32, h.vocab_size, required=False)
     prompt_len = _prompt_len(ln, h, keep, len(append))
+    if prompt_len == 0:  # every server refuses it: the run would fail the call, not this file
+        raise ln.fail("prompt_len", "is 0: a call sends at least one prompt token")
     output_len = ln.int_("output_len", required=output is None)
     if output is not None:
         if output_len is None:

@@ -24,6 +24,7 @@ __all__ = [
     "expand_sources",
     "unique_names",
     "need",
+    "call_lengths",
     "DEFAULT_VOCAB",
 ]
 
@@ -77,6 +78,26 @@ def need(obj: dict, key: str, kinds: type | tuple[type, ...], file: str, line: i
     if isinstance(v, bool) or not isinstance(v, kinds):
         raise TraceError(file, line, key, f"has the wrong type ({type(v).__name__})")
     return v
+
+
+def call_lengths(
+    file: str, line: int | None, prompt: tuple[str, int], output: tuple[str, int]
+) -> None:
+    """A call's lengths, checked where they are read, under the source's own field names: the
+    reader refuses an empty prompt or one past any context, and its verdict on the written file
+    named a line of an output that was never written."""
+    from replay.trace.validate import MAX_CALL_TOKENS
+
+    field, n = prompt
+    if n == 0:
+        raise TraceError(file, line, field, "is 0: a call sends at least one prompt token")
+    for field, n in (prompt, output):
+        if n > MAX_CALL_TOKENS:
+            raise TraceError(
+                file, line, field,
+                f"{n:,} tokens is past any model's context ({MAX_CALL_TOKENS:,} at most): a "
+                "unit or field mix-up?",
+            )  # fmt: skip
 
 
 def common_prefix(a: Sequence, b: Sequence) -> int:

@@ -27,7 +27,13 @@ import numpy as np
 import orjson
 
 from replay.errors import TraceError
-from replay.trace.importers.common import expand_sources, iter_jsonl, load_json, token_ids
+from replay.trace.importers.common import (
+    call_lengths,
+    expand_sources,
+    iter_jsonl,
+    load_json,
+    token_ids,
+)
 from replay.trace.model import Call, Trace, TraceHeader
 from replay.trace.stats import common_prefix_len
 
@@ -125,6 +131,7 @@ def _task(path: Path, data: bytes | None = None) -> tuple[tuple[float, str], lis
         output_len = row.get("output_len", len(output))
         if output_len != len(output):
             raise TraceError(file, lineno, "output_len", f"{output_len} != len(output)")
+        call_lengths(file, lineno, ("prompt_len", prompt_len), ("output", len(output)))
         prompt = np.concatenate([prev_prompt[:shared], suffix])
         _check_sha256(row, prompt, file, lineno)
         keep, append = shared, suffix

@@ -16,6 +16,7 @@ from replay.errors import TraceError
 from replay.trace.importers.common import (
     DEFAULT_VOCAB,
     block_ids,
+    call_lengths,
     expand_sources,
     iter_jsonl,
     unique_names,
@@ -78,6 +79,7 @@ def import_mooncake(sources: Sequence[str | os.PathLike], vocab_size: int | None
                 )
             n_in = _int(obj, "input_length", file, lineno)
             n_out = _int(obj, "output_length", file, lineno)
+            call_lengths(file, lineno, ("input_length", n_in), ("output_length", n_out))
             blocks = np.asarray(block_ids(obj.get("hash_ids"), "hash_ids", file, lineno), np.int64)
             if not (len(blocks) - 1) * bs < n_in < (len(blocks) + 1) * bs:
                 raise TraceError(

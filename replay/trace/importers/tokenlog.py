@@ -17,7 +17,13 @@ from collections.abc import Sequence
 import numpy as np
 
 from replay.errors import TraceError
-from replay.trace.importers.common import DEFAULT_VOCAB, expand_sources, iter_jsonl, token_ids
+from replay.trace.importers.common import (
+    DEFAULT_VOCAB,
+    call_lengths,
+    expand_sources,
+    iter_jsonl,
+    token_ids,
+)
 from replay.trace.model import Call, Trace, TraceHeader
 from replay.trace.stats import common_prefix_len
 
@@ -65,6 +71,8 @@ def import_tokenlog(sources: Sequence[str | os.PathLike], vocab_size: int | None
                 raise TraceError(file, lineno, END_KEYS[0], f"end {end} is before start {start}")
             prompt = token_ids(obj, "prompt_token_ids", file, lineno)
             out = token_ids(obj, "generated_token_ids", file, lineno)
+            lengths = (("prompt_token_ids", len(prompt)), ("generated_token_ids", len(out)))
+            call_lengths(file, lineno, *lengths)
             rows.setdefault(task, []).append((start, end, prompt, out, lineno))
     if not rows:
         raise TraceError(str(files[0]), None, None, "no requests in the log")

@@ -30,6 +30,7 @@ from replay.errors import TraceError
 from replay.trace.importers.common import (
     DEFAULT_VOCAB,
     block_ids,
+    call_lengths,
     common_prefix,
     expand_sources,
     load_json,
@@ -97,6 +98,7 @@ def _req(r: dict, offset_s: float, file: str, where: str, block_size: int) -> _R
             raise bad(key, "must be a non-negative integer")
     hashes = block_ids(r.get("hash_ids"), f"{where}.hash_ids", file, None)
     assert isinstance(n_in, int) and isinstance(n_out, int)
+    call_lengths(file, None, (f"{where}.in", n_in), (f"{where}.out", n_out))
     if not (len(hashes) - 1) * block_size < n_in < (len(hashes) + 1) * block_size:
         raise bad("hash_ids", f"{len(hashes)} blocks of {block_size} do not cover in={n_in}")
     api = _seconds(r, "api_time", file, where)
