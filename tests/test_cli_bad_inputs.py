@@ -235,6 +235,10 @@ BAD_IMPORTS: list[tuple[str, str, Files, str, str]] = [
      "ea", r"ea/t1\.jsonl\.gz:2: prompt_sha256: 000000000000\.\.\. does not match the prompt"),
     ("efficientagent", "prompt_sha256_not_hex", _ea(_with(EA_ROW, prompt_sha256="abc")),
      "ea", r"ea/t1\.jsonl\.gz:2: prompt_sha256: is not 64 lower-case hex digits"),
+    ("efficientagent", "file_not_in_manifest",  # imported with no digest, as if the release's
+     {**_ea(EA_ROW), "ea/t2.jsonl.gz": _gz(_lines({"instance_id": "t2"}, EA_ROW)),
+      "ea/trace_manifest.json": orjson.dumps({"files": [{"file": "t1.jsonl.gz"}]})},
+     "ea", r"ea/t2\.jsonl\.gz: -: is not one of the task files trace_manifest\.json lists"),
     ("efficientagent", "manifest_schema", {**_ea(EA_ROW), "ea/trace_manifest.json": b'{"schema": "x"}'},
      "ea", r"ea/trace_manifest\.json: schema: is 'x'; this importer reads"),
     ("weka", "negative_t", _weka(_with(WREQ, t=-3), WREQ2),
@@ -304,6 +308,10 @@ BAD_ARGS: list[tuple[str, list[str], str]] = [
      r"trace import: -o: cannot write '/proc/x': "),
     ("import_out_dir", ["trace", "import", "--from", "weka", "c.json", "-o", "."],
      r"trace import: Invalid value for '-o' / '--out': .* is a directory"),
+    ("import_vocab_flag_too_small",  # blamed on the manifest, by its bare name
+     ["trace", "import", "--from", "efficientagent", str(ROOT / "tests/fixtures/efficientagent"),
+      "--vocab-size", "5", "-o", "o.jsonl"],
+     r"trace import: --vocab-size: 5 does not cover token id \d+"),
     ("import_unknown_kind", ["trace", "import", "--from", "x", "c.json", "-o", "o.jsonl"],
      r"trace import: Invalid value for '--from'"),
     ("import_missing_source", ["trace", "import", "--from", "weka", "nope.json", "-o", "o.jsonl"],

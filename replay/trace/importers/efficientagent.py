@@ -212,6 +212,8 @@ def import_efficientagent(
     sources = [Path(s).parent if Path(s).name == MANIFEST_NAME else s for s in sources]
     manifest: dict = {}
     hashed: dict[Path, bytes] = {}
+    listed: dict[Path, set[Path]] = {}  # a manifest's folder -> the task files it lists
+    vocab_from = MANIFEST_NAME
     for s in sources:
         m = Path(s) / MANIFEST_NAME
         if m.is_file():
@@ -224,10 +226,24 @@ def import_efficientagent(
                     str(m), None, "schema", f"is {schema!r}; this importer reads {SCHEMA!r}"
                 )
             hashed.update(_check_file_digests(m, data.get("files")))
+            if isinstance(data.get("files"), list):
+                listed[m.parent.resolve()] = {
+                    (m.parent / e["file"]).resolve() for e in data["files"]
+                }
+            if "vocab_size" in data and "vocab_size" not in manifest:
+                vocab_from = str(m)
             manifest = {**data, **manifest}
     files = expand_sources(sources, "*.jsonl.gz")
     if not files:
         raise TraceError(", ".join(map(str, sources)), None, None, "no task *.jsonl.gz files")
+    for f in files:  # a file beside the release's own is another workload, with no digest
+        where = f.resolve()
+        if where.parent in listed and where not in listed[where.parent]:
+            raise TraceError(
+                str(f), None, None,
+                f"is not one of the task files {MANIFEST_NAME} lists; move it out of the "
+                "folder or rebuild the trace",
+            )  # fmt: skip
     tasks = sorted(
         (_task(p, hashed.pop(Path(p).resolve(), None)) for p in files), key=lambda kv: kv[0]
     )
@@ -244,9 +260,9 @@ def import_efficientagent(
     )
     vocab = vocab_size or manifest.get("vocab_size") or max_id + 1
     if not isinstance(vocab, int) or vocab <= max_id:
-        raise TraceError(
-            MANIFEST_NAME, None, "vocab_size", f"{vocab} does not cover token id {max_id}"
-        )
+        # the user's flag, or the manifest that gave it (by its path, not its bare name)
+        file, field = ("trace import", "--vocab-size") if vocab_size else (vocab_from, "vocab_size")
+        raise TraceError(file, None, field, f"{vocab} does not cover token id {max_id}")
     model = manifest.get("model") if isinstance(manifest.get("model"), str) else None
     header = TraceHeader(
         tokens="ids",
