@@ -380,7 +380,12 @@ BAD_ARGS: list[tuple[str, list[str], str]] = [
     ("sim_serve_seed_negative", ["sim", "serve", "--port", "0", "--seed", "-1"],
      r"sim options: --seed: must be an integer >= 0, got -1"),
     ("synth_seed_negative", ["trace", "synth", "--preset", "swe-agent", "--tasks", "2", "--seed",
-                             "-1", "-o", "x.jsonl"], r"synth: seed: must be >= 0, got -1"),
+                             "-1", "-o", "x.jsonl"], r"synth: seed: must be in \[0, 2\^63 - 1\], got -1"),
+    ("synth_seed_past_64_bits", ["trace", "synth", "--preset", "swe-agent", "--tasks", "1",
+                                 "--seed", str(10**23), "-o", "x.jsonl"],
+     r"synth: seed: must be in \[0, 2\^63 - 1\]"),  # it failed after the work, naming `meta`
+    ("synth_tasks_huge", ["trace", "synth", "--preset", "swe-agent", "--tasks", str(10**11),
+                          "-o", "x.jsonl"], r"synth: tasks: must be at most 10,000"),
     ("predict_tier_huge", ["predict", "--trace", "t.jsonl", "--pool", "1", "--model",
                            "qwen3-coder-30b-a3b", "--tiers-gib", "0,1e300"],
      r"predict: Invalid value for --tiers-gib: tier sizes must be in \[0, 1,048,576\] GiB"),

@@ -130,6 +130,10 @@ def _task_calls(
     return calls
 
 
+MAX_SYNTH_TASKS = 10_000
+MAX_SEED = (1 << 63) - 1
+
+
 def check_synth_args(
     tasks: int,
     seed: int,
@@ -143,8 +147,14 @@ def check_synth_args(
     `[trace] synth` is checked with it when the file loads, before any sweep starts."""
     if tasks <= 0:
         raise ConfigError("synth", "tasks", f"must be positive, got {tasks}")
-    if seed < 0:  # numpy's seeding takes no negative seed
-        raise ConfigError("synth", "seed", f"must be >= 0, got {seed}")
+    if tasks > MAX_SYNTH_TASKS:  # else it ran for hours holding a sweep's lock, then filled a disk
+        raise ConfigError(
+            "synth", "tasks",
+            f"must be at most {MAX_SYNTH_TASKS:,}, got {tasks:,} (about 10 ms and 0.1 MB a "
+            "swe-agent task); merge several traces for more",
+        )  # fmt: skip
+    if not 0 <= seed <= MAX_SEED:  # numpy's seeding takes no negative seed; meta is 64-bit JSON
+        raise ConfigError("synth", "seed", f"must be in [0, 2^63 - 1], got {seed}")
     if not (scale > 0 and math.isfinite(scale)):
         raise ConfigError("synth", "scale", f"must be a positive number, got {scale}")
     if not 2 <= vocab_size <= MAX_VOCAB_SIZE:
