@@ -324,6 +324,13 @@ def test_force_with_a_changed_experiment_sets_the_old_runs_aside(tmp_path):
     ]
     assert not (exp_dir / "host_tier_gib=2").exists()
     assert any("moved 4 earlier run directories" in s for s in said)
+    # the files that describe the old runs went with them: the report reads them as they were
+    # (the old experiment file was overwritten, and the moved runs reported against the new one)
+    assert (aside / "experiment.toml").read_text() == SIM_TEMPLATE
+    assert len(pd.read_parquet(aside / "summary.parquet")) == 4
+    assert orjson.loads((aside / "plan.json").read_bytes())["runs"] == moved
+    assert (exp_dir / "experiment.toml").read_text() != SIM_TEMPLATE
+    assert len(load_results(aside).runs) == 4
 
 
 def test_an_interrupted_force_resumes_with_none_of_the_old_files_runs(tmp_path):

@@ -15,7 +15,7 @@ from replay.engines.registry import get_engine
 from replay.errors import ConfigError, ReplayError
 from replay.sweep.config import Experiment, Point
 from replay.sweep.plan import PlannedRun
-from replay.sweep.results import RUN_FILES, write_bytes_atomic, write_json_atomic
+from replay.sweep.results import REPORT_FILES, RUN_FILES, write_bytes_atomic, write_json_atomic
 
 __all__ = [
     "load_trace",
@@ -149,7 +149,10 @@ def set_aside_runs(exp_dir: Path) -> tuple[Path, int] | None:
     --force starts over, and the runs of the file it replaces must not be mixed into this one's,
     neither by the summary and the report (which read every `<point>/<repeat>/`) nor by a later
     resume, which took an old run still there for a finished one of the new file. Nothing is
-    deleted. Returns (folder, how many moved), or None when there was no run."""
+    deleted. The folder's files that describe those runs go with them (the experiment file they
+    were made from, its predictions, plan, summary and report), so `replay report` on the
+    replaced folder reads them as they were. Returns (folder, how many runs moved), or None
+    when there was no run."""
     import datetime as dt
 
     stale = sorted(_run_dirs(exp_dir))
@@ -163,7 +166,17 @@ def set_aside_runs(exp_dir: Path) -> tuple[Path, int] | None:
         run_dir.rename(target)
         with contextlib.suppress(OSError):
             run_dir.parent.rmdir()  # the point's folder, once its last repeat is gone
+    for name in sorted(_FOLDER_FILES):
+        with contextlib.suppress(FileNotFoundError):
+            (exp_dir / name).rename(dest / name)
     return dest, len(stale)
+
+
+# what describes a folder's runs as a whole (`replay report` reads them beside the runs)
+_FOLDER_FILES = frozenset(
+    {"experiment.toml", PREDICTIONS_FILE, "plan.json", "summary.parquet", "summary.csv"}
+    | REPORT_FILES
+)
 
 
 def _run_dirs(exp_dir: Path) -> set[Path]:
