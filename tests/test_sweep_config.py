@@ -87,6 +87,20 @@ def test_errors_name_the_field(tmp_path, change, field):
     assert str(p) in str(e.value)
 
 
+def test_swept_seeds_closer_than_the_repeats_are_refused(tmp_path):
+    """With 3 repeats, seeds 0 and 2 ran seed=0/r2 and seed=2/r0 with one engine seed: one run
+    counted twice as independent. Seeds 3 apart, or one seed per other setting, are fine."""
+    close = BASE.replace('admission = ["all", "fixed"]', "seed = [0, 2]")
+    with pytest.raises(ConfigError, match=r"0 and 2 are closer than repeats = 3: .*seed=0/r2"):
+        load_experiment(write(tmp_path, close))
+    apart = BASE.replace('admission = ["all", "fixed"]', "seed = [0, 3]")
+    assert len(load_experiment(write(tmp_path, apart, "a.toml")).points()) == 6
+    one_each = BASE.replace("repeats = 3", "repeats = 1").replace(
+        'admission = ["all", "fixed"]', "seed = [0, 1]"
+    )
+    assert len(load_experiment(write(tmp_path, one_each, "b.toml")).points()) == 6
+
+
 def test_engine_specific_tables_apply_per_engine(tmp_path):
     text = """
 [trace]

@@ -95,6 +95,33 @@ def check_points(exp: Experiment) -> None:
     """Every point, before anything starts (a bad value would otherwise fail each run)."""
     for point in exp.points():
         _check_point(exp, point)
+    _check_seed_spacing(exp)
+
+
+def _check_seed_spacing(exp: Experiment) -> None:
+    """A repeat's engine seed is its point's seed + the repeat number, so with `seed` swept, two
+    seeds closer than `repeats` give the same run twice (seed=0/r1 is seed=1/r0), counted as
+    two independent repeats in every interval."""
+    if exp.repeats < 2:
+        return
+    groups: dict[tuple, list[int]] = {}
+    for point in exp.points():
+        if "seed" not in dict(point.params):
+            continue
+        engine, options, run = exp.resolve(point)
+        rest = tuple(sorted((k, repr(v)) for k, v in options.items() if k != "seed"))
+        key = (engine, rest, tuple(sorted((k, repr(v)) for k, v in run.items())))
+        groups.setdefault(key, []).append(int(options.get("seed") or 0))
+    for seeds in groups.values():
+        seeds.sort()
+        for a, b in zip(seeds, seeds[1:], strict=False):
+            if b - a < exp.repeats:
+                raise ConfigError(
+                    exp.source, "matrix.seed",
+                    f"{a} and {b} are closer than repeats = {exp.repeats}: a repeat's seed is "
+                    f"its point's + the repeat number, so seed={a}/r{b - a} and seed={b}/r0 "
+                    f"would be one run twice; space the seeds at least {exp.repeats} apart",
+                )  # fmt: skip
 
 
 def _check_point(exp: Experiment, point: Point) -> None:
