@@ -101,6 +101,19 @@ def test_swept_seeds_closer_than_the_repeats_are_refused(tmp_path):
     assert len(load_experiment(write(tmp_path, one_each, "b.toml")).points()) == 6
 
 
+def test_a_point_name_too_long_for_a_folder_is_refused_at_load(tmp_path):
+    """It passed load and --dry-run, and failed after the first point with 'File name too
+    long'."""
+    costs = tmp_path / ("d" * 200) / "costs.toml"  # a calibrated costs file deep in a tree
+    costs.parent.mkdir()
+    costs.write_bytes(
+        (Path(__file__).parents[1] / "experiments/costs/llamacpp-cpu.toml").read_bytes()
+    )
+    long = BASE.replace('admission = ["all", "fixed"]', f'costs = ["{costs}"]')
+    with pytest.raises(ConfigError, match=r"matrix: point name .* past a folder name's 255"):
+        load_experiment(write(tmp_path, long))
+
+
 def test_engine_specific_tables_apply_per_engine(tmp_path):
     text = """
 [trace]

@@ -94,8 +94,18 @@ def parse_matrix(where: str, table: Mapping[str, Any]) -> tuple[tuple[str, tuple
 def check_points(exp: Experiment) -> None:
     """Every point, before anything starts (a bad value would otherwise fail each run)."""
     for point in exp.points():
+        if len(point.name.encode()) > _NAME_MAX_BYTES:  # its folder failed after a run
+            raise ConfigError(
+                exp.source, "matrix",
+                f"point name {point.name[:60]!r}... is {len(point.name.encode())} bytes, past a "
+                f"folder name's {_NAME_MAX_BYTES}; shorten the swept values (a long path: "
+                "move the file closer)",
+            )  # fmt: skip
         _check_point(exp, point)
     _check_seed_spacing(exp)
+
+
+_NAME_MAX_BYTES = 255  # a file name's limit on Linux and macOS file systems
 
 
 def _check_seed_spacing(exp: Experiment) -> None:
