@@ -76,6 +76,32 @@ BAD_TRACES: list[tuple[str, Files, str]] = [
     ("blocks_no_size", _trace(C0, head=_with(BHEAD, block_size=_DROP)), r":1: block_size: "),
     ("meta_list", _trace(C0, head=_with(HEAD, meta=[1])), r"t\.jsonl:1: meta: "),
     ("call_not_json", {"t.jsonl": _lines(HEAD) + b'{"task": \n'}, r"t\.jsonl:2: -: invalid JSON"),
+    # orjson's own words counted lines of the one line it was given, and called Latin-1 text
+    # a string with surrogates
+    (
+        "call_two_values",
+        {"t.jsonl": _lines(HEAD) + b'{"task": "a"} x\n'},
+        r"t\.jsonl:2: -: invalid JSON: unexpected content after document, column 15$",
+    ),
+    (
+        "call_latin1",
+        {"t.jsonl": _lines(HEAD) + b'{"task": "\xe9"}\n'},
+        r"t\.jsonl:2: -: not UTF-8 text \(Latin-1 or UTF-16\?\); convert the file to UTF-8",
+    ),
+    (
+        "call_gap_in_ms",
+        _trace(_with(C0, gap_s=1_000_000_001)),
+        r"t\.jsonl:2: gap_s: 1,000,000,001 s is more than 1,000,000,000 s",
+    ),
+    (
+        "call_output_len_past_64_bits",
+        {
+            "t.jsonl": _lines(HEAD)
+            + orjson.dumps(C0)[:-1].replace(b'"output_len":2', b'"output_len":' + b"9" * 32)
+            + b"}\n"
+        },
+        r"t\.jsonl:2: output_len: must be an integer, got 1e\+32, past 64 bits",
+    ),
     ("call_no_task", _trace(_with(C0, task=_DROP)), r"t\.jsonl:2: task: "),
     ("call_task_empty", _trace(_with(C0, task="")), r"t\.jsonl:2: task: .* got an empty one"),
     ("call_prompt_empty", _trace(_with(C0, append=[])), r"t\.jsonl:2: prompt_len: is 0: a call"),
@@ -257,6 +283,8 @@ BAD_IMPORTS: list[tuple[str, str, Files, str, str]] = [
      "c.json", r"c\.json: requests\[0\]\.hash_ids: 0 blocks"),
     ("weka", "block_size_zero", _weka(WREQ, block_size=0), "c.json", r"c\.json: block_size: "),
     ("weka", "not_an_object", {"c.json": b"[]"}, "c.json", r"c\.json: -: a WEKA trace is one"),
+    ("weka", "json_lines", {"c.json": _lines(MC, MC)},  # a Mooncake file given as WEKA
+     "c.json", r"c\.json:2: -: invalid JSON: .*; more than one JSON value: a JSON Lines file\?"),
     ("mooncake", "empty_file", {"m.jsonl": b""}, "m.jsonl", r"m\.jsonl: -: no requests"),
     ("mooncake", "timestamp_negative", {"m.jsonl": _lines(_with(MC, timestamp=-1))},
      "m.jsonl", r"m\.jsonl:1: timestamp: "),
@@ -276,7 +304,7 @@ BAD_IMPORTS: list[tuple[str, str, Files, str, str]] = [
     ("tokenlog", "empty_prompt", {"l.jsonl": _lines(_with(TL, prompt_token_ids=[]))},
      "l.jsonl", r"l\.jsonl:1: prompt_token_ids: is 0: a call sends at least one"),
     ("weka", "think_time_in_ms", _weka(WREQ, _with(WREQ2, think_time=2e9)),
-     "c.json", r"o\.jsonl:3: gap_s: 2e\+09 s .* \(not written: "),
+     "c.json", r"o\.jsonl:3: gap_s: 2,000,000,000 s .* \(not written: "),
     ("tokenlog", "empty_task_id", {"l.jsonl": _lines(_with(TL, task_id=""))},
      "l.jsonl", r"o\.jsonl:2: task: must be a non-empty string"),
     ("weka", "task_name_clash",  # c's sub-agent s is task c/s, which d.json names itself

@@ -12,6 +12,7 @@ import orjson
 import pytest
 
 from replay.errors import TraceError
+from replay.trace.fields import json_error
 from replay.trace.id_arrays import cut_ids
 from replay.trace.io import read_trace
 
@@ -53,7 +54,7 @@ def test_ids_trace_same_calls_and_errors_as_json_lists(tmp_path, line):
         assert _read(tmp_path / "t.jsonl", HEADER, line, False) == (
             2,
             None,
-            f"invalid JSON: {e.value}",
+            json_error(e.value),
         )
         return
     got = _read(tmp_path / "t.jsonl", HEADER, line, False)
@@ -76,7 +77,7 @@ def test_not_json_or_signed_is_left_to_the_json_parser(tmp_path, body):
     try:
         want = orjson.loads(line)
     except orjson.JSONDecodeError as e:
-        assert _read(tmp_path / "t.jsonl", HEADER, line, False) == (2, None, f"invalid JSON: {e}")
+        assert _read(tmp_path / "t.jsonl", HEADER, line, False) == (2, None, json_error(e))
         return
     assert want["append"] == [-1]
     assert _read(tmp_path / "t.jsonl", HEADER, line, False)[2] == (

@@ -8,12 +8,13 @@ import math
 from typing import Any
 
 import numpy as np
+import orjson
 
 from replay.errors import TraceError
 from replay.trace.model import CallRef
 from replay.trace.schedule import MAX_AT_S, MAX_SPAN_S
 
-__all__ = ["Line", "kind"]
+__all__ = ["Line", "kind", "json_error"]
 
 
 def kind(v: Any) -> str:
@@ -54,6 +55,9 @@ class Line:
             if required:
                 raise self.fail(key, "missing (required integer)")
             return None
+        if isinstance(v, float) and v.is_integer() and abs(v) >= 2**63:
+            # orjson reads an integer past 64 bits as a float: not "a number" to whoever wrote it
+            raise self.fail(key, f"must be an integer, got {v:.3g}, past 64 bits")
         if isinstance(v, bool) or not isinstance(v, int):
             raise self.fail(key, f"must be an integer, got {kind(v)}")
         if minimum is not None and v < minimum:
@@ -74,7 +78,7 @@ class Line:
         most_s = MAX_AT_S if key == "at_s" else MAX_SPAN_S
         if v > most_s:
             raise self.fail(
-                key, f"{v:.3g} s is more than {most_s:.0e} s: seconds, not milliseconds?"
+                key, f"{v:,.0f} s is more than {most_s:,.0f} s: seconds, not milliseconds?"
             )
         return v
 
@@ -144,3 +148,12 @@ class Line:
         ):
             raise self.fail(key, f"a call reference must be [task, call_index], got {v!r:.60}")
         return (v[0], v[1])
+
+
+def json_error(e: orjson.JSONDecodeError) -> str:
+    """What is wrong with a line or file orjson refused, in the file's own terms: orjson's
+    message counts lines from the text it was given (one line of a file: always line 1 or 2),
+    and calls text in another encoding a string with surrogates."""
+    if "not valid UTF-8" in e.msg:
+        return "not UTF-8 text (Latin-1 or UTF-16?); convert the file to UTF-8"
+    return f"invalid JSON: {e.msg}, column {e.colno}"

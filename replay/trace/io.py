@@ -22,7 +22,7 @@ import orjson
 
 from replay.errors import TraceError
 from replay.trace import cache
-from replay.trace.fields import kind
+from replay.trace.fields import json_error, kind
 from replay.trace.id_arrays import PLACEHOLDER, cut_ids
 from replay.trace.model import Call, Trace, TraceHeader
 from replay.trace.validate import TaskState, check_call, check_graph, check_header
@@ -81,7 +81,7 @@ def _parse(raw: bytes, file: str, lineno: int) -> dict:
             obj = json.loads(raw)
             orjson.dumps(obj)
         except (ValueError, UnicodeDecodeError, TypeError, orjson.JSONEncodeError):
-            raise TraceError(file, lineno, None, f"invalid JSON: {e}") from None
+            raise TraceError(file, lineno, None, json_error(e)) from None
         if isinstance(obj, dict):
             for key, value in obj.items():
                 where = _non_finite_within(value, key)

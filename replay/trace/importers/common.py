@@ -14,6 +14,7 @@ import numpy as np
 import orjson
 
 from replay.errors import TraceError
+from replay.trace.fields import json_error
 
 __all__ = [
     "token_ids",
@@ -44,7 +45,10 @@ def load_json(path: Path) -> Any:
     try:
         return orjson.loads(data)
     except orjson.JSONDecodeError as e:
-        raise TraceError(str(path), e.lineno, None, f"invalid JSON: {e.msg}") from None
+        why = json_error(e)
+        if e.msg == "unexpected content after document":
+            why += "; more than one JSON value: a JSON Lines file? This reads one JSON object"
+        raise TraceError(str(path), e.lineno, None, why) from None
 
 
 def iter_jsonl(path: Path, data: bytes | None = None) -> Iterator[tuple[int, dict]]:
@@ -62,7 +66,7 @@ def iter_jsonl(path: Path, data: bytes | None = None) -> Iterator[tuple[int, dic
                 try:
                     obj = orjson.loads(line)
                 except orjson.JSONDecodeError as e:
-                    raise TraceError(file, lineno, None, f"invalid JSON: {e.msg}") from None
+                    raise TraceError(file, lineno, None, json_error(e)) from None
                 if not isinstance(obj, dict):
                     raise TraceError(file, lineno, None, "line must be a JSON object")
                 yield lineno, obj
