@@ -371,6 +371,9 @@ BAD_ARGS: list[tuple[str, list[str], str]] = [
      r"run: --scrape-interval-s: must be a finite number > 0 seconds, got nan"),
     ("run_scrape_inf", [*SIM, "--scrape-interval-s", "inf"],
      r"run: --scrape-interval-s: must be a finite number > 0 seconds, got inf"),
+    # taken and ignored: the in-process simulator has no HTTP (a timeout never timed a call out)
+    ("run_sim_request_timeout", [*SIM, "--request-timeout-s", "5", "--transport", "httpx"],
+     r"run: --transport, --request-timeout-s: apply to a server \(--url URL\)"),
     ("run_pool_word", ["run", "--trace", "t.jsonl", "--pool", "two", "--out", "o", "--engine",
                        "sim"], r"run: Invalid value for '--pool'"),
     ("run_out_proc", ["run", "--trace", "t.jsonl", "--pool", "1", "--out", "/proc/x/y",

@@ -265,6 +265,8 @@ def command(
             "--scrape-interval-s",
             f"must be a finite number > 0 seconds, got {scrape_interval_s}",
         )
+    if engine is not None:
+        _refuse_server_options(click.get_current_context())
     adapter = get_engine("sim" if engine else (engine_kind or "external"))
     use_forcing = adapter.forcing if forcing is None else forcing
     use_task_id = (
@@ -366,6 +368,35 @@ def command(
 
 
 LONG_WAIT_S = 3600.0  # a recorded gap this long, scaled, makes a real-time run worth a note
+
+
+# options of a run against a server, which the in-process simulator (no HTTP, no /metrics,
+# virtual time) took and ignored: a request timeout there never timed a call out
+_SERVER_ONLY = (
+    ("transport_name", "--transport"),
+    ("request_timeout_s", "--request-timeout-s"),
+    ("server_gone_grace_s", "--server-gone-grace-s"),
+    ("last_byte_sync", "--last-byte-sync"),
+    ("scrape_interval_s", "--scrape-interval-s"),
+    ("timer_spin_s", "--timer-spin-s"),
+)
+
+
+def _refuse_server_options(ctx: click.Context) -> None:
+    from click.core import ParameterSource
+
+    given = [
+        flag
+        for name, flag in _SERVER_ONLY
+        if ctx.get_parameter_source(name)
+        in (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT)
+    ]
+    if given:
+        raise ConfigError(
+            "run", ", ".join(given),
+            "apply to a server (--url URL); the in-process simulator has no HTTP and runs in "
+            "virtual time: drop them, or serve it with `replay sim serve` and give --url",
+        )  # fmt: skip
 
 
 def _long_wait_note(trace, gap_scale: float) -> str | None:  # noqa: ANN001 (lazy Trace import)
