@@ -291,3 +291,18 @@ def test_prompts_in_flight_past_the_device_get_a_note(capsys, trace_file):
         errs[device_tokens] = capsys.readouterr().err
     assert "does not pin running calls' blocks or queue admission" in errs[64]
     assert "in flight" not in errs[10**6]
+
+
+def test_a_model_prediction_at_the_default_tp_says_its_sizes_are_per_rank_of_one(
+    capsys, trace_file
+):
+    """--model without --tp predicted at TP 1 in silence, while the simulator runs TP 8 by
+    default: the same tier size held 8x the tokens in the run as in the prediction."""
+    argv = ["predict", "--trace", str(trace_file), "--pool", "3", "--model", "llama-3-8b"]
+    for tp, noted in (([], True), (["--tp", "1"], False), (["--tp", "8"], False)):
+        try:
+            main([*argv, *tp, "--tiers-gib", "0,1", "--device-gib", "1"])
+        except SystemExit as e:
+            assert e.code in (0, None)
+        err = capsys.readouterr().err
+        assert ("--tp 1 (the default): sizes are per rank" in err) is noted, (tp, err)

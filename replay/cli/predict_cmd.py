@@ -10,6 +10,7 @@ from pathlib import Path
 
 import click
 import orjson
+from click.core import ParameterSource
 
 from replay.cli.out_file import check_plain_file
 from replay.counters import COMPUTED_PREFILL_TOKENS
@@ -447,6 +448,16 @@ def _trace_mode(o: dict, tiers: list[float]) -> None:
     path = _require(o["trace_path"], "--trace", "trace-driven predictions")
     pool = _require(o["pool"], "--pool", "--trace")
     bpt = _bytes_per_token(o["bytes_per_token"], o["model"], o["tp"], "with --trace")
+    ctx = click.get_current_context(silent=True)
+    tp_source = ctx.get_parameter_source("tp") if ctx is not None else None
+    if o["bytes_per_token"] is None and tp_source is ParameterSource.DEFAULT:
+        # sizes are per rank: at TP 8 (the simulator's default) a rank holds 1/8 of each
+        # token's KV, so a tier of one size holds 8x the tokens of this prediction's
+        click.echo(
+            f"replay: note: --tp {o['tp']} (the default): sizes are per rank with the whole "
+            "model's KV on one; give --tp as the run's (the simulator's default is TP 8)",
+            err=True,
+        )
     device_tokens = o["device_tokens"]
     if device_tokens is None:  # --device-gib in [0, MAX_TIER_GIB]: `command` saw to it
         device_tokens = int(math.floor(o["device_gib"] * GIB / bpt))
