@@ -205,3 +205,36 @@ def test_many_comparisons_say_how_many_would_be_real_by_chance(report):
     assert "10 real, 2 within noise" in real
     assert "12 comparisons were tested, each at α = 0.05 and none corrected" in real
     assert "about 1 of them would still be called real by chance" in real
+
+
+def test_comparisons_of_repeats_with_no_spread_are_not_counted_as_tests(tmp_path):
+    """The 0 GiB points of every admission are one run (no host tier to admit to): comparing
+    their identical repeats is exact, and was counted among the tests that could be called
+    real by chance."""
+    import re
+
+    exp = tmp_path / "z"
+    for tier in (0, 5, 20):
+        for admission in ("all", "conditioned"):
+            for r in range(3):
+                jitter = 0.0 if tier == 0 else r - 1.0  # the 0 GiB runs repeat exactly
+                better = 0.8 if admission == "conditioned" else 1.0
+                cp = 1_000_000 - tier * 30_000 * (2 - better) + jitter * 1000
+                write_run(
+                    exp, {"host_tier_gib": tier, "admission": admission}, r,
+                    summary={"makespan_s": 100.0 - tier * better + jitter, "calls": 8, "errors": 0,
+                             "prompt_tokens": 1_000_000, "output_tokens": 800,
+                             "ttft_p50_s": 0.2 + tier / 100 + jitter / 100, "ttft_p99_s": 0.5},
+                    counters={"prompt_tokens": 1_000_000, "computed_prefill_tokens": cp,
+                              "device_hit_tokens": 0, "host_restore_tokens": 1_000_000 - cp,
+                              "host_write_tokens": tier * 1000 + jitter},
+                )  # fmt: skip
+    real = _section(write_report(exp, figures=False).report.read_text(), "What is real")
+    tally = re.search(r"(\d+) real, (\d+) within noise", real)
+    said = re.search(
+        r"(\d+) comparisons were tested, .*\((\d+) more compare repeats with no spread", real
+    )
+    assert tally and said, real
+    decided = int(tally[1]) + int(tally[2])
+    tested, exact = int(said[1]), int(said[2])
+    assert exact > 0 and tested + exact == decided

@@ -63,14 +63,28 @@ def what_is_real(a: Analysis) -> list[str]:
     tally = ", ".join(f"{counts.get(v, 0)} {v}" for v in (REAL, WITHIN_NOISE, SINGLE_REPEAT))
     tally += f", {unjudged} cannot be compared" if unjudged else ""
     lines += [tally + ".", ""]
-    tested = int(counts.get(REAL, 0) + counts.get(WITHIN_NOISE, 0))
-    # the p-values are per comparison: say what that means for many of them (identical repeats
-    # test nothing: their differences are exact, and none is real by chance)
+    # a comparison of repeats with no spread on either side is exact, not a test: it cannot be
+    # called real by chance (the 0 GiB points of every admission are one run, for example)
+    verdicts = c.loc[judged] if not c.empty else c
+    exact = (
+        verdicts["diff_low"] == verdicts["diff_high"]
+        if not verdicts.empty
+        else pd.Series(dtype=bool)
+    )
+    decided = verdicts["verdict"].isin([REAL, WITHIN_NOISE]) if not verdicts.empty else exact
+    tested = int((decided & ~exact).sum())
+    n_exact = int((decided & exact).sum())
     if tested >= 10 and not _noise_free(a):
+        also = (
+            f" ({n_exact} more compare repeats with no spread on either side: exact, not tests)"
+            if n_exact
+            else ""
+        )
         lines += [
             f"{tested} comparisons were tested, each at α = 0.05 and none corrected for the "
-            f"others: if nothing differed, about {tested * 0.05:.0f} of them would still be "
-            "called real by chance. Weigh a small real difference that stands alone accordingly.",
+            f"others{also}: if nothing differed, about {tested * 0.05:.0f} of them would still "
+            "be called real by chance. Weigh a small real difference that stands alone "
+            "accordingly.",
             "",
         ]
     for factor, baseline in baselines.items():
