@@ -512,3 +512,27 @@ def test_served_model_name_is_the_name_answered_and_listed():
             return listed, named.status_code, named.json()["model"], preset.status_code
 
     assert asyncio.run(main()) == ("coder", 200, "coder", 404)
+
+
+def test_a_given_vocabulary_refuses_ids_past_it_as_vllm_does():
+    """A trace tokenized for another model sent ids past the served model's vocabulary: vLLM
+    answers 400 'Token id N is out of vocabulary'; the simulator server took them. Without
+    --vocab-size it still takes any id (its presets carry no vocabulary)."""
+    import asyncio
+
+    from replay.sim.server import build_app
+
+    async def post(vocab_size, prompt):
+        app = build_app(SimConfig(device_kv_gib=0.5), vocab_size=vocab_size)
+        async with (
+            _serving(app) as port,
+            httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=30) as c,
+        ):
+            r = await c.post("/v1/completions", json={"prompt": prompt, "max_tokens": 1})
+            return r.status_code, r.json()
+
+    code, body = asyncio.run(post(1000, [5, 1000, 7]))
+    assert code == 400 and body["error"]["message"] == "Token id 1000 is out of vocabulary"
+    assert body["error"]["param"] == "prompt"
+    assert asyncio.run(post(1000, [5, 999, 7]))[0] == 200
+    assert asyncio.run(post(None, [5, 10**6]))[0] == 200

@@ -28,9 +28,21 @@ def command() -> None:
     default=None,
     help="the `model` it answers to and lists [default: the --model preset]; others get 404",
 )
+@click.option(
+    "--vocab-size",
+    type=click.IntRange(min=2, max=1 << 31),
+    default=None,
+    help="the served model's vocabulary: a prompt id past it gets vLLM's 400 'out of "
+    "vocabulary', and unforced outputs are drawn from it [default: no check, outputs from 32000]",
+)
 @sim_options
 def serve_cmd(
-    host: str, port: int, ready_file: str | None, served_model_name: str | None, **simopts
+    host: str,
+    port: int,
+    ready_file: str | None,
+    served_model_name: str | None,
+    vocab_size: int | None,
+    **simopts,
 ) -> None:
     """Serve /v1/completions, /v1/models, /health, /metrics, /reset_prefix_cache."""
     from replay.sim.server import serve
@@ -45,7 +57,7 @@ def serve_cmd(
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, task.cancel)  # type: ignore[union-attr]
         try:
-            await serve(config, host, port, ready_file, served_model_name)
+            await serve(config, host, port, ready_file, served_model_name, vocab_size)
         except OSError as e:
             raise ConfigError("--port", "port", f"cannot bind {host}:{port}: {e}") from None
 

@@ -134,9 +134,13 @@ def _text(ids: np.ndarray) -> str:
 class SimServer:
     """Holds the engine, its runner and per-task request numbering."""
 
-    def __init__(self, config: SimConfig, served_model_name: str | None = None):
+    def __init__(
+        self, config: SimConfig, served_model_name: str | None = None, vocab_size: int | None = None
+    ):
         self.config = config
-        self.front = SimTransport(config)  # reused for request checks and keying
+        # reused for request checks and keying; its vocabulary draws the unforced outputs
+        self.front = SimTransport(config, **({"vocab_size": vocab_size} if vocab_size else {}))
+        self.vocab_size = vocab_size  # when given, ids past it are refused as vLLM refuses them
         self.engine = self.front.engine
         self.runner = EngineRunner(self.engine, ScaledSimClock(config.time_scale))
         self.runner.on_change = self._on_change
@@ -213,6 +217,14 @@ class SimServer:
         prompt = _prompt(raw)
         if len(prompt) == 0:
             raise BadRequest("`prompt` is empty", "prompt")
+        if (
+            self.vocab_size is not None
+            and isinstance(raw, list)
+            and int(prompt.max()) >= self.vocab_size
+        ):
+            # vLLM's words (renderers/base.py, BaseRenderer.validate_token_ids); a text prompt's
+            # byte ids are always in range
+            raise BadRequest(f"Token id {int(prompt.max())} is out of vocabulary", "prompt")
         if min_tokens > max_tokens:
             raise BadRequest("`min_tokens` must be <= `max_tokens`", "min_tokens")
         n = body.get("n", 1)
@@ -271,9 +283,11 @@ def _usage(seq: Seq) -> dict:
 SIM_SERVER = web.AppKey("sim", SimServer)
 
 
-def build_app(config: SimConfig, served_model_name: str | None = None) -> web.Application:
+def build_app(
+    config: SimConfig, served_model_name: str | None = None, vocab_size: int | None = None
+) -> web.Application:
     """The aiohttp application; the engine loop starts with the app and stops with it."""
-    srv = SimServer(config, served_model_name)
+    srv = SimServer(config, served_model_name, vocab_size)
     collector = SimCollector(srv.engine.counters, srv.gauges)
     app = web.Application(client_max_size=MAX_BODY_BYTES, middlewares=[_errors])
     app[SIM_SERVER] = srv  # for handlers and tests that hold only the app
@@ -479,11 +493,12 @@ async def serve(
     port: int,
     ready_file: str | None = None,
     served_model_name: str | None = None,
+    vocab_size: int | None = None,
 ) -> None:
     """Warm the engine up, bind, write the bound port to `ready_file` (atomically), serve until
     cancelled."""
     await asyncio.to_thread(warm_up, config)
-    runner = app_runner(build_app(config, served_model_name))
+    runner = app_runner(build_app(config, served_model_name, vocab_size))
     await runner.setup()
     try:
         site = web.TCPSite(runner, host, port)

@@ -246,6 +246,14 @@ def test_a_prompt_of_token_ids_and_usage_in_the_stream_are_what_the_release_take
     assert "--enable-prompt-tokens-details" in vllm.launch({"model": "m"}, "h", 1).argv
 
 
+def test_an_id_past_the_vocabulary_gets_the_words_the_simulator_server_answers(vllm_release):
+    """`replay sim serve --vocab-size N` refuses a prompt id >= N as vLLM does: 400 with this
+    message (the server maps VLLMValidationError to 400 with its parameter)."""
+    text = (vllm_release.root / "vllm/renderers/base.py").read_text()
+    assert 'f"Token id {max_input_id} is out of vocabulary", parameter=parameter' in text
+    assert "max_token_id = self.model_config.get_vocab_size() - 1" in text
+
+
 def test_the_native_cpu_offload_counts_its_hits_as_host(vllm_release):
     """Host restores are read from prompt_tokens_cached_by_source{source="host"}: vLLM makes
     every source's series at 0, so a backend that labelled its hits otherwise (external, disk)
