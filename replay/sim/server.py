@@ -217,13 +217,9 @@ class SimServer:
         prompt = _prompt(raw)
         if len(prompt) == 0:
             raise BadRequest("`prompt` is empty", "prompt")
-        if (
-            self.vocab_size is not None
-            and isinstance(raw, list)
-            and int(prompt.max()) >= self.vocab_size
-        ):
-            # vLLM's words (renderers/base.py, BaseRenderer.validate_token_ids); a text prompt's
-            # byte ids are always in range
+        if self.vocab_size is not None and int(prompt.max()) >= self.vocab_size:
+            # vLLM's words (renderers/base.py, BaseRenderer.validate_token_ids); a text prompt
+            # is its UTF-8 bytes here, ids below 256
             raise BadRequest(f"Token id {int(prompt.max())} is out of vocabulary", "prompt")
         if min_tokens > max_tokens:
             raise BadRequest("`min_tokens` must be <= `max_tokens`", "min_tokens")
