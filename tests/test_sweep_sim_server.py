@@ -106,6 +106,26 @@ def sim_servers_of(parent: int) -> list[int]:
     return out
 
 
+def sweep_process(exp, results: Path, out=subprocess.PIPE) -> subprocess.Popen:
+    """`replay sweep` of `exp` as a real process (its signals, its exit code)."""
+    cmd = [sys.executable, "-m", "replay.cli.main", "sweep", exp.source, "--results", str(results)]
+    return subprocess.Popen(cmd, cwd=ROOT, stdout=out, stderr=out)
+
+
+def servers_once_replaying(
+    proc: subprocess.Popen, results: Path, name: str, timeout_s: float = 90
+) -> list[int]:
+    """The sweep's simulator servers, once run r0's metrics series exists (its replay runs)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if list(results.glob(f"{name}/*/r0/metrics.jsonl")):
+            servers = sim_servers_of(proc.pid)
+            if servers:
+                return servers
+        time.sleep(0.05)
+    return []
+
+
 def test_three_tiers_two_repeats_end_to_end(tmp_path):
     exp = make(tmp_path, predict=True)
     result = run_sweep(exp, results_root=tmp_path / "results", echo=lambda s: None)
@@ -251,15 +271,10 @@ def test_a_run_past_its_time_limit_fails_and_the_server_is_stopped(tmp_path):
 def test_a_server_left_by_a_sigkilled_sweep_is_stopped_by_the_next(tmp_path):
     exp = make(tmp_path, name="z", repeats=1, tiers="[1]", gap_scale=0.2, calls=8)
     results = tmp_path / "results"
-    cmd = [sys.executable, "-m", "replay.cli.main", "sweep", exp.source, "--results", str(results)]
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = sweep_process(exp, results, subprocess.DEVNULL)
     servers: list[int] = []
     try:
-        deadline = time.monotonic() + 90
-        while not servers and time.monotonic() < deadline:
-            if list(results.glob("z/*/r0/metrics.jsonl")):  # the replay runs
-                servers = sim_servers_of(proc.pid)
-            time.sleep(0.05)
+        servers = servers_once_replaying(proc, results, "z")
         proc.kill()  # SIGKILL: the sweep's finally blocks never run
         proc.wait(timeout=30)
     finally:
@@ -402,16 +417,12 @@ def test_a_second_ctrl_c_against_a_hung_server_ends_the_sweep_promptly(tmp_path)
         edit=lambda t: t.replace("stop_grace_s = 5", "stop_grace_s = 30"),
     )
     results = tmp_path / "results"
-    cmd = [sys.executable, "-m", "replay.cli.main", "sweep", exp.source, "--results", str(results)]
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = sweep_process(exp, results)
     servers: list[int] = []
     try:
-        deadline = time.monotonic() + 90
-        while time.monotonic() < deadline and not list(results.glob("h/*/r0/metrics.jsonl")):
-            time.sleep(0.05)
-        time.sleep(0.5)  # a periodic scrape or two taken
-        servers = sim_servers_of(proc.pid)
+        servers = servers_once_replaying(proc, results, "h")
         assert servers
+        time.sleep(0.5)  # a periodic scrape or two taken
         for pid in servers:
             os.kill(pid, signal.SIGSTOP)
         time.sleep(0.5)  # a periodic scrape now hangs on the stopped server

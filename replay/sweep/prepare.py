@@ -82,18 +82,9 @@ def check_trace_file(exp: Experiment, exp_dir: Path, sha256: str | None, *, forc
     file changed in place under the same experiment file mixed two workloads in one folder."""
     if force or sha256 is None or not _run_dirs(exp_dir):
         return
-    try:
-        before = json.loads((exp_dir / "plan.json").read_text()).get("trace_sha256")
-    except (OSError, ValueError, AttributeError):
-        return
+    before = _planned(exp_dir, "trace_sha256")
     if isinstance(before, str) and before != sha256:
-        raise ConfigError(
-            exp.source,
-            "trace.path",
-            f"the trace file changed since the runs in {exp_dir} (sha256 {sha256[:12]}..., "
-            f"they replayed {before[:12]}...); restore it, rerun with --force to start over, or "
-            "give the experiment a new name",
-        )
+        raise _changed(exp, exp_dir, "trace.path", "the trace file", sha256, before, "replayed")
 
 
 def costs_sha256(exp: Experiment, planned: Iterable[PlannedRun]) -> dict[str, str]:
@@ -117,22 +108,31 @@ def check_costs_files(
     folder, with nothing in the runs to tell them apart."""
     if force or not sha256 or not _run_dirs(exp_dir):
         return
-    try:
-        before = json.loads((exp_dir / "plan.json").read_text()).get("costs_sha256")
-    except (OSError, ValueError, AttributeError):
-        return
-    if not isinstance(before, dict):
-        return
-    for path, sha in sorted(sha256.items()):
+    before = _planned(exp_dir, "costs_sha256")
+    for path, sha in sorted(sha256.items()) if isinstance(before, dict) else ():
         was = before.get(path)
         if isinstance(was, str) and was != sha:
-            raise ConfigError(
-                exp.source,
-                "engine.costs",
-                f"the costs file {path} changed since the runs in {exp_dir} (sha256 "
-                f"{sha[:12]}..., they used {was[:12]}...); restore it, rerun with --force to "
-                "start over, or give the experiment a new name",
-            )
+            raise _changed(exp, exp_dir, "engine.costs", f"the costs file {path}", sha, was, "used")
+
+
+def _planned(exp_dir: Path, key: str) -> Any:
+    """`key` of the folder's plan.json (None when there is none or it is unreadable)."""
+    try:
+        return json.loads((exp_dir / "plan.json").read_text()).get(key)
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def _changed(
+    exp: Experiment, exp_dir: Path, field: str, what: str, now: str, was: str, verb: str
+) -> ConfigError:
+    return ConfigError(
+        exp.source,
+        field,
+        f"{what} changed since the runs in {exp_dir} (sha256 {now[:12]}..., they {verb} "
+        f"{was[:12]}...); restore it, rerun with --force to start over, or give the experiment "
+        "a new name",
+    )
 
 
 def keep_experiment_file(exp_dir: Path, text: bytes) -> None:
