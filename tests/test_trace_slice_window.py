@@ -216,6 +216,7 @@ def test_cli_window_counts_seconds_and_window_calls_counts_indices(tmp_path):
     assert all(len(cs) <= 2 for cs in by_calls.tasks.values())
 
 
+@pytest.mark.shared("traces/weka")
 def test_a_block_trace_window_keeps_each_calls_blocks_and_output(tmp_path):
     """Slicing renumbers a windowed task's calls, and a block trace's stand-in outputs are keyed
     by the index: they were drawn anew. Now they are written out, as for token-id traces; the
