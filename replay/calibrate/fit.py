@@ -62,6 +62,7 @@ class FitResult:
     decode_residual_rel: float
     notes: list[str] = field(default_factory=list)
     speeds: list[float] = field(default_factory=list)  # per run, time / median run's time
+    fits: bool = True  # False: the times left for the costs are <= 0 on average (no model)
 
     def summary(self) -> dict[str, float | int | str]:
         return {
@@ -281,6 +282,23 @@ def fit_costs(
         notes.append("no call decoded more than one token: decode costs are 0")
     if not (xp[:, 3] > 0).any():
         notes.append("no restores in the fitted runs: restore cost is 0")
+    elif chunk_tokens > 0 and np.allclose(xp[:, 4] * chunk_tokens, xp[:, 3]):
+        # every restore is whole chunks: tokens = chunks x chunk_tokens, one column twice
+        notes.append(
+            "every restore was whole chunks: restore_s_per_token and restore_s_per_chunk cannot "
+            f"be told apart, only their sum per token (per chunk / {chunk_tokens}) is measured"
+        )
+    if len(y_d) and servers == 1:
+        notes.append(
+            "one seat, so one call a decode step: decode_step_s and decode_s_per_seq cannot be "
+            "told apart, only their sum is measured"
+        )
+    elif servers > 1:
+        notes.append(
+            f"{servers} seats: the model of calls sharing steps is approximate (docs/simulator.md: "
+            "fitted to the simulator's own runs, single costs come back 0.6x-2.4x at 2 seats, "
+            "prefill 0 at 3); judge the costs by the fit points' own errors"
+        )
     costs = FittedCosts(
         request_overhead_s=float(cp[0]),
         prefill_s_per_token=float(cp[1]),
@@ -298,7 +316,8 @@ def fit_costs(
         # NaN (null in JSON, "-" printed): no mean to be relative to
         return rms(r) / float(np.mean(y)) if len(y) and np.mean(y) > 0 else math.nan
 
-    if len(yp) and not np.mean(yp) > 0:
+    fits = not (len(yp) and not np.mean(yp) > 0)
+    if not fits:
         notes.append(
             "the fitted calls' time to first token, less the other calls' work the model puts "
             "before it, is <= 0 on average: these runs' timings do not fit the cost model"
@@ -313,4 +332,5 @@ def fit_costs(
         decode_residual_rel=rel(res_d, y_d),
         notes=notes,
         speeds=[float(v) for v in speeds],
+        fits=fits,
     )

@@ -219,6 +219,25 @@ def _at_speed(costs: FittedCosts, speed: float, path: Path) -> str:
     return str(path)
 
 
+def _check_fit_run(
+    src: str, run_dir: Path, rows: Sequence[Any], restored: int, totals: Mapping[str, Any]
+) -> None:
+    """A fit run must give the fit its calls, and its restores per call where it restored."""
+    if not rows:  # dropped in silence: the costs came from the other fit points alone
+        raise ConfigError(
+            src, "--fit", f"run {run_dir} has no call that ended ok to fit: rerun it, or fit "
+            "other points",
+        )  # fmt: skip
+    run_restored = totals.get("host_restore_tokens")
+    if isinstance(run_restored, int | float) and run_restored > 0 and restored == 0:
+        # the fit would take the restored tokens for computed ones, and restores as free
+        raise ConfigError(
+            src, "--fit", f"run {run_dir} restored {run_restored:,.0f} tokens from its host "
+            "tier but its calls do not say which (vLLM reports only cached tokens a call): fit "
+            "points without a host tier, and hold the others out",
+        )  # fmt: skip
+
+
 def calibrate(
     results: ResultsDir,
     fit_points: Sequence[str],
@@ -250,6 +269,13 @@ def calibrate(
     if len(engines) != 1:
         raise ConfigError(src, "matrix.engine", "calibrate one engine at a time")
     (engine,) = engines
+    used = {Path(str(o["costs"])).resolve() for _, o, _ in resolved.values() if o.get("costs")}
+    if Path(costs_path).resolve() in used:  # the runs' own costs, replaced by the fit
+        raise ConfigError(
+            "calibrate", "-o", f"{str(costs_path)!r} is the costs file these runs were simulated "
+            "with (engine.costs): a resume or rerun of them would use the new costs; write "
+            "another file",
+        )  # fmt: skip
     runs, measured = [], {}
     rows_by_run: dict[Path, list] = {}
     for name, pr in results.points.items():
@@ -264,6 +290,7 @@ def calibrate(
                 t["host_restore_tokens"], t["device_hit_tokens"] = restored, cached - restored
             totals.append(t)
             if name in fit_points:
+                _check_fit_run(src, run_dir, rows, restored, t)
                 runs.append(rows)
         measured[name] = {k: _mean([t[k] for t in totals]) for k in totals[0]} if totals else {}
     shapes = {name: fit_shape(engine, resolved[name][1]) for name in fit_points}
@@ -281,6 +308,8 @@ def calibrate(
     fit = fit_costs(
         runs, servers, chunk_tokens=chunk, batch_tokens=batch, per_run_speed=per_run_speed
     )
+    if not fit.fits:  # costs fitted to nothing: a file of them would pass for a calibration
+        raise ConfigError(src, "--fit", f"{fit.notes[-1]}; nothing written")
     # every run's speed factor (1 without per_run_speed) and the load its provenance recorded
     fitted_speeds = iter(fit.speeds)
     run_rows: list[dict[str, Any]] = []
@@ -318,7 +347,12 @@ def calibrate(
         else None,
         "load_average_1m_range": [min(loads), max(loads)] if loads else None,
     }
-    costs_file.write_text(costs_toml(fit.costs, provenance), encoding="utf-8")
+    try:
+        costs_file.write_text(costs_toml(fit.costs, provenance), encoding="utf-8")
+    except OSError as e:
+        raise ConfigError(
+            "calibrate", "-o", f"cannot write {str(costs_file)!r}: {e.strerror or e}"
+        ) from None
     report: dict[str, Any] = {
         "engine": engine,
         "costs": fit.costs.to_dict(),
