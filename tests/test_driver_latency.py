@@ -22,7 +22,9 @@ def _row(**kw):
 
 def test_call_latencies_follow_their_formulas():
     lat = call_latencies(_row(t_second_token=1.7, t_last_token=2.5, stream_tokens=3))
-    assert lat == pytest.approx({"ttft_s": 0.5, "tt2t_s": 0.7, "itl_s": 0.1, "latency_s": 2.0})
+    assert lat == pytest.approx(
+        {"ttft_s": 0.5, "tt2t_s": 0.7, "itl_s": 0.1, "latency_s": 2.0, "one_token": False}
+    )
     # no server count: the stream's own token count
     lat = call_latencies(_row(completion_tokens=None, t_last_token=2.5, stream_tokens=5))
     assert lat["itl_s"] == pytest.approx(0.25)
@@ -65,3 +67,20 @@ def test_goodput_counts_calls_meeting_every_objective():
     g = goodput(per_call, calls=5, makespan_s=10.0, slo_s={"ttft_s": 2.0, "itl_s": 0.05})
     assert g["goodput_calls"] == 2
     assert g["goodput_fraction"] == pytest.approx(0.4) and g["goodput_per_s"] == pytest.approx(0.2)
+
+
+def test_a_one_token_call_meets_an_itl_objective_and_an_unmeasured_one_is_said():
+    """A call of one output token has no gap between tokens: it failed every ITL objective (1 of
+    claude-code-small's calls). vLLM's benchmark takes its time per output token as 0 for
+    goodput. And an objective no call measured (TT2T in the in-process simulator) gave goodput
+    0 with no word."""
+    from replay.driver.run import unmeasured_objectives
+
+    one = call_latencies(_row(completion_tokens=1, t_last_token=1.5))
+    assert one["itl_s"] is None and one["one_token"]
+    g = goodput([one], calls=1, makespan_s=1.0, slo_s={"itl_s": 0.05})
+    assert g["goodput_calls"] == 1
+    assert goodput([one], calls=1, makespan_s=1.0, slo_s={"tt2t_s": 9.0})["goodput_calls"] == 0
+    rows = [_row(call=i) for i in range(3)]  # no t_second_token: as the in-process simulator
+    said = unmeasured_objectives(summarize(rows), {"tt2t_s": 9.0, "ttft_s": 2.0})
+    assert len(said) == 1 and said[0].startswith("no call measured tt2t")

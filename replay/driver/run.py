@@ -284,6 +284,7 @@ def _run(
         summary["drift_cause"] = diagnosis.cause
         warnings.append(diagnosis.message)
     warnings.extend(length_warnings(rows, summary))
+    warnings.extend(unmeasured_objectives(summary, slo_s))
     summary["warnings"] = warnings
     reason = result.reason
     if reason is None and result.status == RunStatus.ERRORS:
@@ -295,6 +296,25 @@ def _run(
     for w in warnings:
         print(f"replay: warning: {w}", file=sys.stderr)
     return dict(summary, status=result.status, reason=reason)
+
+
+def unmeasured_objectives(
+    summary: Mapping[str, Any], slo_s: Mapping[str, float] | None
+) -> list[str]:
+    """An objective no ok call measured fails every call: goodput 0 that says nothing of the
+    server (TT2T in the in-process simulator, which streams no second token, or from a server
+    that does not stream)."""
+    table = summary.get("latency_percentiles") or {}
+    out = []
+    for key in slo_s or {}:
+        if key != "itl_s" and summary.get("calls") and (table.get(key) or {}).get("p50") is None:
+            name = key.removesuffix("_s")
+            out.append(
+                f"no call measured {name} (no stream, or the in-process simulator, which has no "
+                f"second token): the {name} objective failed every call, so goodput says "
+                "nothing about it"
+            )
+    return out
 
 
 def _encode_cost_s(prompt_tokens: int, vocab_size: int, tries: int = 3) -> float | None:
