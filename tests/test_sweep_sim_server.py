@@ -197,6 +197,9 @@ def test_server_killed_mid_run_is_recorded_and_the_sweep_goes_on(tmp_path):
     assert doc["status"] == "failed" and doc["server"]["pid"] == killed
     assert doc["server"]["exit_code"] == -signal.SIGKILL
     assert "log_tail" in doc["server"] and doc["reason"]
+    # its counters stop where /metrics stopped answering, and the run says so
+    said = " ".join((doc.get("summary") or {}).get("warnings") or [])
+    assert "the end scrape of /metrics failed" in said, said
     df = pd.read_parquet(results / "k" / "summary.parquet")
     assert sorted(df["status"]) == ["failed", "ok"]
     # no process of the sweep is left

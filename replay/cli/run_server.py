@@ -18,7 +18,7 @@ import click
 
 from replay.engines.base import EngineAdapter
 from replay.errors import ConfigError, EngineError
-from replay.metrics.scrape import MetricsRecorder, delta_counters_fn, fetch_samples
+from replay.metrics.scrape import CounterDeltas, MetricsRecorder, fetch_samples
 
 __all__ = [
     "guess_engine_kind",
@@ -72,14 +72,11 @@ class RunScrape:
             self._recorder.stop()
             return None
         self.mismatch = _kind_mismatch(self.adapter, samples, start)
-        deltas = delta_counters_fn(self._recorder, self.adapter, start, self.info)
 
-        def fn() -> dict:
-            out = deltas()
-            self.info["scrape_errors"] = self._recorder.errors  # run.json is written after this
-            return out
+        def count_errors() -> None:  # run.json is written after the counters are taken
+            self.info["scrape_errors"] = self._recorder.errors
 
-        return fn
+        return CounterDeltas(self._recorder, self.adapter, start, self.info, after=count_errors)
 
     def stop(self) -> None:
         self._recorder.stop()

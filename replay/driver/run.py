@@ -285,6 +285,7 @@ def _run(
         warnings.append(diagnosis.message)
     warnings.extend(length_warnings(rows, summary))
     warnings.extend(unmeasured_objectives(summary, slo_s))
+    warnings.extend(getattr(counters_fn, "warnings", ()))  # CounterDeltas: a failed end scrape
     summary["warnings"] = warnings
     reason = result.reason
     if reason is None and result.status == RunStatus.ERRORS:

@@ -25,7 +25,14 @@ from replay.metrics.plain_get import GetError, PlainGetter, get_once
 if TYPE_CHECKING:
     import httpx
 
-__all__ = ["fetch_text", "fetch_samples", "MetricsRecorder", "http_client", "delta_counters_fn"]
+__all__ = [
+    "fetch_text",
+    "fetch_samples",
+    "MetricsRecorder",
+    "http_client",
+    "CounterDeltas",
+    "delta_counters_fn",
+]
 
 
 def fetch_text(url: str, *, timeout_s: float = 5.0, client: PlainGetter | None = None) -> str:
@@ -184,17 +191,29 @@ def http_client(url: str, timeout_s: float) -> httpx.Client:
     return httpx.Client(timeout=timeout_s, verify=not plain)
 
 
-def delta_counters_fn(
-    recorder: MetricsRecorder, mapper: EngineAdapter, start: dict, info: dict
-) -> Callable[[], dict]:
+class CounterDeltas:
     """counters_fn for the driver (a run and a sweep run alike): the end scrape minus the start
     scrape, canonical names. Never raises. A server gone by the end (killed mid-run) gives the
     last periodic scrape minus the start instead, with `end_scrape_error` and
-    `counters_until_s` (when that scrape was taken) in `info` (run.json): the counters of the
-    run up to then, not none; with no scrape after the start, None counters. The end scrape
-    waits the adapter's `metrics_lag_s` first."""
+    `counters_until_s` (when that scrape was taken) in `info` (run.json), and a line in
+    `warnings` (the run's): the counters of the run up to then, not none, but a shorter span than
+    the calls' own columns; with no scrape after the start, None counters. The end scrape
+    waits the adapter's `metrics_lag_s` first. `after()` runs once the counters are taken."""
 
-    def fn() -> dict:
+    def __init__(
+        self,
+        recorder: MetricsRecorder,
+        mapper: EngineAdapter,
+        start: dict,
+        info: dict,
+        after: Callable[[], None] | None = None,
+    ):
+        self.recorder, self.mapper, self.start, self.info = recorder, mapper, start, info
+        self.after = after
+        self.warnings: list[str] = []
+
+    def __call__(self) -> dict:
+        recorder, mapper, start, info = self.recorder, self.mapper, self.start, self.info
         if mapper.metrics_lag_s > 0:  # the engine has not counted the last work yet
             info["metrics_lag_s"] = mapper.metrics_lag_s
             time.sleep(mapper.metrics_lag_s)
@@ -206,15 +225,33 @@ def delta_counters_fn(
             last = recorder.last
             if last is not None and last is not recorder.first:
                 end = _plus_lost(mapper.map_counters(last), recorder)
-                info["counters_until_s"] = round(recorder.last_t_s or 0.0, 3)
+                until_s = round(recorder.last_t_s or 0.0, 3)
+                info["counters_until_s"] = until_s
+                self.warnings.append(
+                    f"the end scrape of /metrics failed ({e}): the server's counters are those "
+                    f"of the last periodic scrape, {until_s:g} s after the start, and cover less "
+                    "of the run than the calls' own columns (cached tokens, prompt tokens)"
+                )
             else:
                 end = dict.fromkeys(start)
+                self.warnings.append(
+                    f"the end scrape of /metrics failed ({e}) and no scrape came after the "
+                    "start: no server counters for this run"
+                )
         if recorder.resets:
             info["counter_resets"] = recorder.resets
         names = [*CANONICAL_COUNTERS, *(k for k in start if k not in CANONICAL_COUNTERS)]
-        return counter_deltas(start, end, names)
+        out = counter_deltas(start, end, names)
+        if self.after is not None:
+            self.after()
+        return out
 
-    return fn
+
+def delta_counters_fn(
+    recorder: MetricsRecorder, mapper: EngineAdapter, start: dict, info: dict
+) -> CounterDeltas:
+    """`CounterDeltas` of `recorder`'s run (the sweep's and `replay run --url`'s counters_fn)."""
+    return CounterDeltas(recorder, mapper, start, info)
 
 
 def _plus_lost(end: dict, recorder: MetricsRecorder) -> dict:

@@ -139,7 +139,7 @@ class SimServer:
     ):
         self.config = config
         # reused for request checks and keying; its vocabulary draws the unforced outputs
-        self.front = SimTransport(config, **({"vocab_size": vocab_size} if vocab_size else {}))
+        self.front = SimTransport(config, vocab_size=vocab_size or 32000)
         self.vocab_size = vocab_size  # when given, ids past it are refused as vLLM refuses them
         self.engine = self.front.engine
         self.runner = EngineRunner(self.engine, ScaledSimClock(config.time_scale))
