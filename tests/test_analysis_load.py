@@ -166,6 +166,16 @@ def test_single_run_directory_is_a_one_point_result(tmp_path):
     assert len(res.runs) == 1 and res.params == () and res.runs["makespan_s"].iloc[0] == 3.0
 
 
+def test_a_single_runs_engine_is_read_from_its_provenance(tmp_path):
+    """`replay run` records its engine in provenance (a sweep also at the top): the report of a
+    single run said "engine: not recorded"."""
+    run_dir = tmp_path / "one"
+    run_dir.mkdir()
+    doc = {"status": "ok", "summary": {"makespan_s": 3.0}, "provenance": {"engine": "vllm"}}
+    (run_dir / "run.json").write_text(json.dumps(doc))
+    assert load_results(run_dir).runs["engine"].iloc[0] == "vllm"
+
+
 def test_summary_table_is_the_fallback(tmp_path):
     exp = tmp_path / "e"
     exp.mkdir()

@@ -193,6 +193,9 @@ def _read_run(run_dir: Path, root: Path) -> tuple[dict[str, Any], dict[str, Any]
     )
     row["log_tail"] = server.get("log_tail") or run.get("log_tail")
     row["engine"] = run.get("engine") if isinstance(run.get("engine"), str) else None
+    if row["engine"] is None:  # a single run's: what `replay run` recorded of its engine
+        engine = _dict(run.get("provenance")).get("engine")
+        row["engine"] = engine if isinstance(engine, str) else None
     if row["engine"] is None:
         row["engine"] = find_key(run.get("config", {}), ("engine", "engine_kind"))
     summary = _dict(run.get("summary"))
