@@ -13,6 +13,7 @@ from replay.errors import ConfigError
 from replay.sweep.config import load_experiment
 from replay.sweep.runner import run_sweep
 from replay.trace.io import write_trace
+from tests.test_driver_cli import sim_server  # noqa: F401 - fixture
 from tests.test_driver_last_byte import LEAD_S, LastByteServer, _open_trace, lead  # noqa: F401
 
 LONG = ("t0", "t1")  # the calls long enough to be staged
@@ -55,12 +56,13 @@ def test_the_run_flag_decides_whether_requests_go_whole(tmp_path, monkeypatch, c
         assert max(gaps_s.values()) < LEAD_S / 2, gaps_s
 
 
-def test_the_run_flag_reaches_each_repeat(tmp_path, monkeypatch, capsys):
+def test_the_run_flag_reaches_each_repeat(tmp_path, monkeypatch, capsys, sim_server):  # noqa: F811
     monkeypatch.delenv("REPLAY_LAST_BYTE_SYNC", raising=False)
     trace = tmp_path / "t.jsonl"
     write_trace(_open_trace([100, 100], [0.5, 0.5]), trace)
     out = tmp_path / "rep"
-    argv = ["run", "--trace", str(trace), "--pool", "2", "--out", str(out), "--engine", "sim"]
+    # a server's run: the in-process simulator has no HTTP and refuses the flag
+    argv = ["run", "--trace", str(trace), "--pool", "2", "--out", str(out), "--url", sim_server]
     code, err = _replay([*argv, "--repeats", "2", "--no-last-byte-sync"], capsys)
     assert code == 0, err
     assert "last_byte_sync = false" in (out / "experiment.toml").read_text()

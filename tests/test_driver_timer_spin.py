@@ -19,6 +19,7 @@ from replay.sweep.runner import run_sweep
 from replay.trace.io import write_trace
 from tests.cli_batch import run_one
 from tests.servers import ScriptedTransport, make_trace
+from tests.test_driver_cli import sim_server  # noqa: F401 - fixture
 from tests.test_driver_last_byte_switch import EXPERIMENT  # a small sim sweep: [run] and [matrix]
 
 ONE_POINT = "host_tier_gib = [0]"
@@ -29,11 +30,12 @@ def _spin(run_dir: Path) -> float:
 
 
 @pytest.mark.parametrize("value", [None, "0", "0.002"])
-def test_the_run_flag_reaches_run_json(tmp_path, value):
+def test_the_run_flag_reaches_run_json(tmp_path, value, sim_server):  # noqa: F811
     trace = tmp_path / "t.jsonl"
     write_trace(make_trace({"a": [{}, {}]}), trace)
     out = tmp_path / "run"
-    argv = ["run", "--trace", str(trace), "--pool", "1", "--out", str(out), "--engine", "sim"]
+    # a server's run: the in-process simulator runs in virtual time and refuses the flag
+    argv = ["run", "--trace", str(trace), "--pool", "1", "--out", str(out), "--url", sim_server]
     got = run_one(str(tmp_path), [*argv, *(["--timer-spin-s", value] if value else [])])
     assert got["code"] == 0, got["err"]
     assert _spin(out) == (TIMER_SPIN_S if value is None else float(value))
