@@ -487,3 +487,29 @@ def test_a_costs_file_changed_in_place_is_refused_on_resume(tmp_path):
     costs.write_text(original)  # restored: the resume goes on
     again = run_sweep(load_experiment(path), results_root=results, echo=lambda s: None)
     assert sorted(o.status for o in again.outcomes) == ["ok", "skipped"]
+
+
+def test_a_signal_while_a_finished_run_is_written_keeps_its_status(tmp_path, monkeypatch):
+    """Ctrl-C while the driver wrote a finished in-process run's results (here: as the engine's
+    counters are read): the driver raises it once run.json is complete, and the sweep stops. It
+    then marked the run `interrupted` over the `ok` the driver had recorded."""
+    import signal
+
+    from replay.sim.transport import SimTransport
+
+    real = SimTransport.counters
+
+    def counters_then_ctrl_c(self):
+        os.kill(os.getpid(), signal.SIGINT)  # arrives outside the replay's loop: held, re-raised
+        return real(self)
+
+    monkeypatch.setattr(SimTransport, "counters", counters_then_ctrl_c)
+    path = tmp_path / "d.toml"
+    path.write_text(SIM_TEMPLATE.replace("repeats = 2", "repeats = 1").replace("[0, 2]", "[0]"))
+    result = run_sweep(
+        load_experiment(path), results_root=tmp_path / "results", echo=lambda s: None
+    )
+    assert result.interrupted
+    doc = orjson.loads((result.exp_dir / "host_tier_gib=0/r0/run.json").read_bytes())
+    assert doc["status"] == "ok" and doc["summary"]["calls"] > 0, doc.get("reason")
+    assert doc["experiment"] == "d" and doc["point_name"] == "host_tier_gib=0"

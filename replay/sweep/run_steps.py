@@ -94,6 +94,11 @@ class _Watchdog:
         self._thread.join(timeout=2)
 
 
+class RecordedInterrupt(KeyboardInterrupt):  # noqa: N818 - it is a KeyboardInterrupt
+    """A signal the driver raised once the run's directory was complete: its run.json says how
+    the replay ended, and the sweep stops without marking the run interrupted over it."""
+
+
 @dataclass
 class _Launch:
     """What one launched run has gathered so far; the `finally` step records it whatever failed."""
@@ -163,15 +168,21 @@ class RunSteps:
         prov = provenance.collect(adapter, options, probe_version=False)
         prov["sim_config"] = config.to_dict()
         prov["trace_spec"] = self.exp.trace.describe()
-        result = run_replay(
-            self.trace,
-            factory,
-            _run_options(adapter, run),
-            run_dir,
-            virtual=True,
-            provenance=prov,
-            counters_fn=lambda: holder["t"].counters(),
-        )
+        try:
+            result = run_replay(
+                self.trace,
+                factory,
+                _run_options(adapter, run),
+                run_dir,
+                virtual=True,
+                provenance=prov,
+                counters_fn=lambda: holder["t"].counters(),
+            )
+        except KeyboardInterrupt:
+            # raised once run.json was complete (a signal while results were written): the
+            # run's own status stands, with the sweep's keys
+            self._finish_run_json(run_dir, planned, engine, {})
+            raise RecordedInterrupt from None
         status = self._finish_run_json(run_dir, planned, engine, {})
         return RunOutcome(planned.rel_dir, status, result.get("reason"))
 

@@ -46,7 +46,7 @@ from replay.sweep.results import (
     read_json,
     write_json_atomic,
 )
-from replay.sweep.run_steps import RunOutcome, RunSteps, placeholder
+from replay.sweep.run_steps import RecordedInterrupt, RunOutcome, RunSteps, placeholder
 
 __all__ = [
     "RunOutcome",
@@ -130,8 +130,8 @@ class SweepRunner(RunSteps):
         except ReplayError as e:  # in-process runs; launched runs record their own
             self._record(run_dir, planned, engine, {}, RunStatus.FAILED, str(e))
             return RunOutcome(planned.rel_dir, RunStatus.FAILED, str(e))
-        except KeyboardInterrupt:
-            if adapter.in_process:
+        except KeyboardInterrupt as e:
+            if adapter.in_process and not isinstance(e, RecordedInterrupt):
                 self._record(run_dir, planned, engine, {}, RunStatus.INTERRUPTED, "interrupted")
             raise
         except Exception as e:
