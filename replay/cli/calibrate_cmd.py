@@ -94,18 +94,18 @@ _RANGES = (
 )
 
 
-# what a results folder holds besides its run directories (docs/results.md)
-_RESULTS_FILES = frozenset(
-    {"experiment.toml", "plan.json", "predictions.json", "summary.parquet", "summary.csv",
-     "report.md", "report.html", ".lock"}
-)  # fmt: skip
+def _results_files() -> frozenset[str]:
+    """What a results folder holds besides its run directories (docs/results.md)."""
+    from replay.sweep.results import FOLDER_FILES, LOCK_FILE
+
+    return FOLDER_FILES | {LOCK_FILE}
 
 
 def _check_out(out: Path, results_dir: Path) -> None:
     """Refuse a costs file that would replace one of the results it is fitted to (`-o
     RESULTS/experiment.toml` wrote the costs over the experiment and broke the folder)."""
     target, root = out.resolve(), results_dir.resolve()
-    if target.is_relative_to(root) and (target.name in _RESULTS_FILES or target.parent != root):
+    if target.is_relative_to(root) and (target.name in _results_files() or target.parent != root):
         raise ConfigError(
             "calibrate", "-o", f"{str(out)!r} is part of the results in {str(results_dir)!r}; "
             "write the costs elsewhere (a new file name there is fine)",

@@ -15,7 +15,14 @@ from replay.engines.registry import get_engine
 from replay.errors import ConfigError, ReplayError
 from replay.sweep.config import Experiment, Point
 from replay.sweep.plan import PlannedRun
-from replay.sweep.results import REPORT_FILES, RUN_FILES, write_bytes_atomic, write_json_atomic
+from replay.sweep.results import (
+    FOLDER_FILES,
+    PLAN_FILE,
+    PREDICTIONS_FILE,
+    RUN_FILES,
+    write_bytes_atomic,
+    write_json_atomic,
+)
 
 __all__ = [
     "load_trace",
@@ -28,7 +35,6 @@ __all__ = [
     "PREDICTIONS_FILE",
 ]
 
-PREDICTIONS_FILE = "predictions.json"
 TIER_KEY = "host_tier_gib"
 GIB = 1 << 30
 
@@ -118,7 +124,7 @@ def check_costs_files(
 def _planned(exp_dir: Path, key: str) -> Any:
     """`key` of the folder's plan.json (None when there is none or it is unreadable)."""
     try:
-        return json.loads((exp_dir / "plan.json").read_text()).get(key)
+        return json.loads((exp_dir / PLAN_FILE).read_text()).get(key)
     except (OSError, ValueError, AttributeError):
         return None
 
@@ -166,17 +172,10 @@ def set_aside_runs(exp_dir: Path) -> tuple[Path, int] | None:
         run_dir.rename(target)
         with contextlib.suppress(OSError):
             run_dir.parent.rmdir()  # the point's folder, once its last repeat is gone
-    for name in sorted(_FOLDER_FILES):
+    for name in sorted(FOLDER_FILES):
         with contextlib.suppress(FileNotFoundError):
             (exp_dir / name).rename(dest / name)
     return dest, len(stale)
-
-
-# what describes a folder's runs as a whole (`replay report` reads them beside the runs)
-_FOLDER_FILES = frozenset(
-    {"experiment.toml", PREDICTIONS_FILE, "plan.json", "summary.parquet", "summary.csv"}
-    | REPORT_FILES
-)
 
 
 def _run_dirs(exp_dir: Path) -> set[Path]:

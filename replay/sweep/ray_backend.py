@@ -33,10 +33,15 @@ from replay.status import RunStatus
 from replay.sweep.cluster_plan import Board, run_resources
 from replay.sweep.config import Experiment
 from replay.sweep.plan import PlannedRun
-from replay.sweep.prepare import PREDICTIONS_FILE, predictions_wanted
+from replay.sweep.prepare import predictions_wanted
 from replay.sweep.ray_node import TOKEN_PREFIX, node_task, unpack
 from replay.sweep.ray_starts import Starts
-from replay.sweep.results import clear_run_dir, is_finished, write_json_atomic
+from replay.sweep.results import (
+    PREDICTIONS_FILE,
+    clear_run_dir,
+    is_finished,
+    write_json_atomic,
+)
 from replay.sweep.run_steps import placeholder
 from replay.sweep.runner import Execute, RunOutcome, SweepRunner, outcome_line
 

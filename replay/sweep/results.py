@@ -37,6 +37,9 @@ __all__ = [
     "make_out_dir",
     "ResultsWriteError",
     "RUN_FILES",
+    "PLAN_FILE",
+    "PREDICTIONS_FILE",
+    "FOLDER_FILES",
     "exclusive_lock",
     "lock_holder",
 ]
@@ -48,6 +51,14 @@ FINISHED_STATUSES = (RunStatus.OK, RunStatus.ERRORS)
 _JSON = orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS
 # What a run directory may hold (docs/results.md); `--force` clears only directories made of these.
 REPORT_FILES = frozenset({"report.md", "report.html", "figures"})  # `replay report DIR`
+PLAN_FILE = "plan.json"  # every planned run's `<point>/<repeat>`, written before the first runs
+PREDICTIONS_FILE = "predictions.json"
+# what a sweep's folder holds about its runs as a whole, beside their directories
+# (docs/results.md): `replay report` reads them, `--force` sets them aside with the runs
+FOLDER_FILES = frozenset(
+    {"experiment.toml", PLAN_FILE, PREDICTIONS_FILE, "summary.parquet", "summary.csv"}
+    | REPORT_FILES
+)
 RUN_FILES = frozenset(
     {
         "run.json",

@@ -38,6 +38,7 @@ from replay.sweep.prepare import (
     write_predictions,
 )
 from replay.sweep.results import (
+    PLAN_FILE,
     ResultsWriteError,
     all_calls_failed,
     clear_run_dir,
@@ -58,8 +59,6 @@ __all__ = [
     "outcome_line",
     "PLAN_FILE",
 ]
-
-PLAN_FILE = "plan.json"  # every planned run's `<point>/<repeat>`, written before the first runs
 
 
 @dataclass(frozen=True)
