@@ -110,7 +110,6 @@ class _Launch:
     status_override: str | None = None
     reason: str | None = None
     result_status: str | None = None
-    replay_recorded: bool = False  # the driver wrote the run's own status and reason
 
     def hurry(self) -> None:
         """A second signal, or one while the server is being stopped: SIGKILL it at its stop
@@ -212,8 +211,8 @@ class RunSteps:
             self._replay_against(url, mapper, options, run, run_dir, st, counters_fn)
         except ReplayError as e:
             st.status_override, st.reason = RunStatus.FAILED, str(e)
-        except KeyboardInterrupt:
-            if not st.replay_recorded:  # else run.json says how the replay ended, in its words
+        except KeyboardInterrupt as e:
+            if not isinstance(e, RecordedInterrupt):  # else run.json says how the replay ended
                 st.status_override = RunStatus.INTERRUPTED
                 st.reason = "interrupted before the replay finished"
             raise
@@ -348,8 +347,7 @@ class RunSteps:
                 )
             except KeyboardInterrupt:
                 # the driver raises a signal it did not handle only once run.json is written
-                st.replay_recorded = True
-                raise
+                raise RecordedInterrupt from None
         st.reason = result.get("reason")
         st.result_status = result.get("status")
         if dog is not None and dog.timed_out:
