@@ -65,15 +65,9 @@ def what_is_real(a: Analysis) -> list[str]:
     lines += [tally + ".", ""]
     # a comparison of repeats with no spread on either side is exact, not a test: it cannot be
     # called real by chance (the 0 GiB points of every admission are one run, for example)
-    verdicts = c.loc[judged] if not c.empty else c
-    exact = (
-        verdicts["diff_low"] == verdicts["diff_high"]
-        if not verdicts.empty
-        else pd.Series(dtype=bool)
-    )
-    decided = verdicts["verdict"].isin([REAL, WITHIN_NOISE]) if not verdicts.empty else exact
-    tested = int((decided & ~exact).sum())
-    n_exact = int((decided & exact).sum())
+    decided = c[judged & c["verdict"].isin([REAL, WITHIN_NOISE])] if not c.empty else c
+    n_exact = int((decided["diff_low"] == decided["diff_high"]).sum()) if not c.empty else 0
+    tested = len(decided) - n_exact
     if tested >= 10 and not _noise_free(a):
         also = (
             f" ({n_exact} more compare repeats with no spread on either side: exact, not tests)"
