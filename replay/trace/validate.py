@@ -18,7 +18,15 @@ from replay.trace.model import (
     TraceHeader,
 )
 
-__all__ = ["MAX_CALL_TOKENS", "TaskState", "check_call", "check_graph", "check_header"]
+__all__ = [
+    "MAX_CALL_TOKENS",
+    "EMPTY_PROMPT",
+    "too_long",
+    "TaskState",
+    "check_call",
+    "check_graph",
+    "check_header",
+]
 
 _HEADER_KEYS = {
     "format",
@@ -51,6 +59,18 @@ _CALL_KEYS = {
 # One call's prompt or output above this is a broken trace, refused before anything is allocated:
 # 2**24 tokens is above the longest context any model offers (10M), and 128 MiB of int64 ids.
 MAX_CALL_TOKENS = 1 << 24
+EMPTY_PROMPT = "is 0: a call sends at least one prompt token"
+
+
+def too_long(n: int) -> str | None:
+    """Why a call's prompt or output of `n` tokens is refused (None when it is not): the
+    reader's words, which the importers use under their sources' own field names."""
+    if n <= MAX_CALL_TOKENS:
+        return None
+    return (
+        f"{n:,} tokens is past any model's context ({MAX_CALL_TOKENS:,} at most): a unit or "
+        "field mix-up?"
+    )
 
 
 def check_header(obj: dict, file: str) -> TraceHeader:
@@ -147,7 +167,7 @@ def check_call(
     output = ln.ints("output", np.int32, h.vocab_size, required=False)
     prompt_len = _prompt_len(ln, h, keep, len(append))
     if prompt_len == 0:  # every server refuses it: the run would fail the call, not this file
-        raise ln.fail("prompt_len", "is 0: a call sends at least one prompt token")
+        raise ln.fail("prompt_len", EMPTY_PROMPT)
     output_len = ln.int_("output_len", required=output is None)
     if output is not None:
         if output_len is None:
@@ -155,12 +175,9 @@ def check_call(
         elif output_len != len(output):
             raise ln.fail("output_len", f"is {output_len} but output has {len(output)} ids")
     for field, n in (("prompt_len", prompt_len), ("output_len", output_len)):
-        if n is not None and int(n) > MAX_CALL_TOKENS:
-            raise ln.fail(
-                field,
-                f"{int(n):,} tokens is past any model's context ({MAX_CALL_TOKENS:,} at most): "
-                "a unit or field mix-up?",
-            )
+        why = None if n is None else too_long(int(n))
+        if why is not None:
+            raise ln.fail(field, why)
     ns = ln.str_("ns", required=False)
     if blocks and keep and (ns or task) != st.ns:
         # a kept block is the previous prompt's tokens, made in its namespace: in another one

@@ -90,18 +90,15 @@ def call_lengths(
     """A call's lengths, checked where they are read, under the source's own field names: the
     reader refuses an empty prompt or one past any context, and its verdict on the written file
     named a line of an output that was never written."""
-    from replay.trace.validate import MAX_CALL_TOKENS
+    from replay.trace.validate import EMPTY_PROMPT, too_long
 
     field, n = prompt
     if n == 0:
-        raise TraceError(file, line, field, "is 0: a call sends at least one prompt token")
+        raise TraceError(file, line, field, EMPTY_PROMPT)
     for field, n in (prompt, output):
-        if n > MAX_CALL_TOKENS:
-            raise TraceError(
-                file, line, field,
-                f"{n:,} tokens is past any model's context ({MAX_CALL_TOKENS:,} at most): a "
-                "unit or field mix-up?",
-            )  # fmt: skip
+        why = too_long(n)
+        if why is not None:
+            raise TraceError(file, line, field, why)
 
 
 def common_prefix(a: Sequence, b: Sequence) -> int:
