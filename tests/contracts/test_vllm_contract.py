@@ -254,6 +254,14 @@ def test_an_id_past_the_vocabulary_gets_the_words_the_simulator_server_answers(v
     assert "max_token_id = self.model_config.get_vocab_size() - 1" in text
 
 
+def test_a_one_token_request_meets_a_per_token_objective_in_vllms_goodput(vllm_release):
+    """`replay run --slo itl=...` counts a call of one output token as meeting the objective,
+    citing vLLM's benchmark, which takes its time per output token as 0 for goodput."""
+    serve = (vllm_release.root / "vllm/benchmarks/serve.py").read_text()
+    assert "# Note: if output_len <= 1, we regard tpot as 0 for goodput" in serve
+    assert "valid_metrics.append(all_tpots)" in serve
+
+
 def test_the_native_cpu_offload_counts_its_hits_as_host(vllm_release):
     """Host restores are read from prompt_tokens_cached_by_source{source="host"}: vLLM makes
     every source's series at 0, so a backend that labelled its hits otherwise (external, disk)
