@@ -13,7 +13,7 @@ import orjson
 import pytest
 
 from replay.report import write_report
-from tests.report_results_builder import tier_sweep
+from tests.report_results_builder import tier_sweep, write_run
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -32,6 +32,25 @@ def test_page_is_self_contained(tmp_path):
     assert html.escape((exp / "experiment.toml").read_text().splitlines()[0]) in page
     ids = re.findall(r'\bid="([^"]+)"', page)
     assert len(ids) == len(set(ids))  # matplotlib's ids made unique per figure
+
+
+def test_a_runs_own_text_is_shown_as_written_not_rendered(tmp_path):
+    # a failure's reason is free text from an engine or a log: markdown in it used to render,
+    # so a remote image in it became an <img> the page fetched, and `__init__` turned bold
+    exp = tier_sweep(tmp_path / "exp")
+    why = "boom in __init__.py: *x* ![i](http://e.example/y.png) <b>tag</b> & [l](http://e.example)"
+    write_run(exp, {"host_tier_gib": 5}, 9, summary=None, status="failed", error=why)
+    toml = exp / "experiment.toml"
+    toml.write_text(toml.read_text() + '# a note with ``` inside\nseed = 1\n')
+    out = write_report(exp, html=True)
+    page = out.html.read_text()
+    assert not re.search(r'(src|href)="(https?:)?//', page)  # nothing fetched, nothing linked
+    row = next(r for r in page.split("<tr>") if "boom in" in r)
+    cell = re.sub(r"</?td>", "", row.split("<td>")[-1].split("</tr>")[0]).strip()
+    assert cell == html.escape(why, quote=False)  # the reason, character for character, no tags
+    # the experiment file stays in its code block past its own backticks
+    block = page.split("<pre><code")[-1].split("</code></pre>")[0]
+    assert "```" in block and "seed = 1" in block
 
 
 # Put first into <head> of a copy of the page: records console errors, failed loads and every

@@ -172,3 +172,23 @@ def test_repeats_refused_by_a_running_sweep_leave_its_experiment_file(trace_file
         cp = _repeated(trace_file, out, "--repeats", "2", "--force")
     assert cp.returncode == 2 and "another sweep" in cp.stderr
     assert (out / "experiment.toml").read_text().endswith("the running sweep's file\n")
+
+
+def test_a_fixed_tier_is_compared_with_its_prediction(trace_file, tmp_path):  # noqa: F811
+    # the tier is an engine option, not a matrix key: the report used to find no prediction to
+    # compare with, though predictions.json held one for that very tier
+    out = tmp_path / "fixed"
+    cp = _repeated(
+        trace_file, out, "--repeats", "2", "--host-tier-gib", "4", "--device-kv-gib", "0.05"
+    )
+    assert cp.returncode == 0, cp.stderr
+    text = (out / "report.md").read_text()
+    section = text.split("## Prediction vs measurement", 1)[1].split("\n## ", 1)[0]
+    rows = [line.split(" | ") for line in section.splitlines() if line.startswith("| 4 |")]
+    measured = {r[1]: r[3] for r in rows}
+    assert "host_restore_tokens" in measured and "computed_prefill_tokens" in measured, section
+    table = pd.read_parquet(out / "summary.parquet")
+    mean = table["computed_prefill_tokens"].mean()
+    shown = measured["computed_prefill_tokens"].split(" [")[0]
+    scale = {"K": 1e3, "M": 1e6}.get(shown[-1], 1.0)
+    assert math.isclose(float(shown.rstrip("KM")) * scale, mean, rel_tol=5e-3)

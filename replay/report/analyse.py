@@ -17,7 +17,7 @@ from replay.analysis.predictions import compare_predictions, prediction_table, w
 from replay.errors import ReplayError
 from replay.trace.io import iter_calls
 
-__all__ = ["VERDICT_METRICS", "Analysis", "analyse"]
+__all__ = ["VERDICT_METRICS", "Analysis", "analyse", "fixed_tiers"]
 
 # Comparisons that go into "what is real": every factor on these metrics.
 VERDICT_METRICS = ("makespan_s", "computed_prefill_tokens")
@@ -65,15 +65,37 @@ def analyse(results: Results) -> Analysis:
     design = planned_design(results, runs, params)
     runs = add_derived(runs, params, design=design)
     runs["working_set_gib"] = working_set_by_run(runs, predicted, params)
-    if TIER_PARAM in runs.columns:
-        runs["pressure_ratio"] = pressure_ratio(runs["working_set_gib"], runs[TIER_PARAM])
+    # a tier the sweep holds fixed (not a matrix key) is still each run's tier: the predictions
+    # and the pressure ratio are per tier
+    tiers = runs[TIER_PARAM] if TIER_PARAM in runs.columns else fixed_tiers(runs)
+    if tiers.notna().any():
+        runs["pressure_ratio"] = pressure_ratio(runs["working_set_gib"], tiers)
     ok = runs[runs["status"] == "ok"]
     metrics = [c for c in _numeric_columns(runs) if c not in params]
     agg = aggregate(ok, params, metrics)
-    pred_errors = compare_predictions(predicted, agg, params)
+    if TIER_PARAM in runs.columns or tiers.isna().all():
+        pred_errors = compare_predictions(predicted, agg, params)
+    else:
+        keys = [*params, TIER_PARAM]
+        by_tier = aggregate(ok.assign(**{TIER_PARAM: tiers[ok.index]}), keys, metrics)
+        pred_errors = compare_predictions(predicted, by_tier, keys)
     comparisons = all_comparisons(ok, params, VERDICT_METRICS, design=design)
     ws = sorted({float(w) for w in runs["working_set_gib"].dropna().unique()})
     return Analysis(results, params, runs, ok, agg, predicted, pred_errors, comparisons, ws, design)
+
+
+def fixed_tiers(runs: pd.DataFrame) -> pd.Series:
+    """Each run's host tier (GiB) from the engine options it ran with (run.json's provenance), for
+    a sweep that does not vary the tier; NaN where a run names none."""
+
+    def tier(provenance: object) -> float:
+        options = provenance.get("engine_options") if isinstance(provenance, dict) else None
+        value = options.get(TIER_PARAM) if isinstance(options, dict) else None
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+        return float(value) if ok else np.nan
+
+    column = runs["provenance"] if "provenance" in runs.columns else pd.Series(None, index=runs.index)
+    return column.map(tier).astype(float)
 
 
 def planned_design(results: Results, runs: pd.DataFrame, params: list[str]) -> pd.DataFrame:

@@ -75,7 +75,7 @@ def draw_figures(
         "4_hits_vs_pressure",
         "Figure 4: hit fractions vs pressure ratio",
         hits_vs_pressure(a.agg, a.params, ctx),
-        "no working-set prediction, host tier or hit counters",
+        no_tier + ", or no working-set prediction or hit counters",
     )
 
     rep = _representative_run(a.ok)

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import Any
 
 from replay.analysis.words import fmt_point
 
-__all__ = ["md_table", "plain", "count"]
+__all__ = ["md_table", "plain", "count", "text", "fence"]
+
+# every character markdown gives a meaning inline (emphasis, links, images, code, HTML, entities)
+_INLINE = re.compile(r"([\\`*_\[\]()!<>#~&])")  # `|`: md_table escapes it
 
 
 def md_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[str]:
@@ -30,3 +34,16 @@ def plain(v: Any) -> str:
 def count(n: int, noun: str) -> str:
     """`1 run`, `3 runs`."""
     return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
+def text(v: Any) -> str:
+    """Free text from a run (a failure's reason, a log line, a loader note) shown as written:
+    markdown's inline characters escaped, so `__init__` is not bold and `![x](url)` is not an
+    image the page would fetch."""
+    return _INLINE.sub(r"\\\1", str(v))
+
+
+def fence(body: str) -> str:
+    """A code fence longer than any run of backticks in `body`, so `body` cannot end it."""
+    longest = max((len(m) for m in re.findall(r"`+", body)), default=0)
+    return "`" * max(3, longest + 1)

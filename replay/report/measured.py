@@ -12,7 +12,7 @@ from replay.analysis.derived import TIER_PARAM
 from replay.analysis.predictions import PREDICTED_QUANTITIES, prediction_groups, skipped_predictions
 from replay.analysis.words import METRIC_NAMES, fmt_interval, fmt_num, fmt_point
 from replay.report.analyse import Analysis
-from replay.report.markdown import md_table, plain
+from replay.report.markdown import md_table, plain, text
 
 __all__ = [
     "TIME_COLUMNS",
@@ -141,7 +141,7 @@ def predictions_section(a: Analysis) -> list[str]:
         if broken:  # there, but it does not read: the predictions are lost, not absent
             return [f"`{broken[0]}`: no prediction can be compared.", ""]
         return ["No `predictions.json` in this results directory: nothing was pre-registered.", ""]
-    skipped = [f"- not predicted: {why}" for why in skipped_predictions(a.results.predictions)]
+    skipped = [f"- not predicted: {text(why)}" for why in skipped_predictions(a.results.predictions)]
     skipped += [""] if skipped else []
     if a.predicted.empty:
         return [
@@ -187,7 +187,8 @@ def prediction_errors(a: Analysis) -> list[str]:
             "No measured point matches a prediction (tier and group parameters), so no errors to show.",
             "",
         ]
-    keys = [c for c in e.columns if c in a.params]
+    # the tier too where the sweep held it fixed (`analyse` matched the predictions on it)
+    keys = [c for c in e.columns if c in a.params or c == TIER_PARAM]
     header = [*keys, "quantity", "predicted [range]", "measured (95% CI)", "n", "error", "agrees"]
     rows = []
     for _, r in e.iterrows():

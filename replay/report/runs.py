@@ -17,7 +17,7 @@ from replay.analysis.compare import (
 from replay.analysis.load import load_calls
 from replay.analysis.words import comparison_sentence
 from replay.report.analyse import Analysis
-from replay.report.markdown import count, md_table, plain
+from replay.report.markdown import count, md_table, plain, text
 
 __all__ = ["what_is_real", "failures", "not_started_line", "provenance"]
 
@@ -145,7 +145,7 @@ def failures(a: Analysis) -> list[str]:
                 r["repeat"],
                 r["status"],
                 "-" if calls is None or pd.isna(calls) else int(calls),
-                str(why)[:200] or "-",
+                text(str(why)[:200]) or "-",
             ]
         )
     return lines + md_table(["point", "repeat", "status", "calls done", "why"], rows)
@@ -184,5 +184,5 @@ def provenance(a: Analysis) -> list[str]:
     rows.append(["report", f"replay {__version__}"])
     lines = md_table(["", "value"], rows)
     if a.results.notes:
-        lines += ["Loader notes:", "", *(f"- {n}" for n in a.results.notes), ""]
+        lines += ["Loader notes:", "", *(f"- {text(n)}" for n in a.results.notes), ""]
     return lines

@@ -15,7 +15,7 @@ from replay.analysis.load import Results, load_results
 from replay.plots import FigureContext
 from replay.report.analyse import Analysis, analyse
 from replay.report.figures import draw_figures
-from replay.report.markdown import count
+from replay.report.markdown import count, fence
 from replay.report.measured import measured_tables, prediction_errors, predictions_section
 from replay.report.runs import failures, not_started_line, provenance, what_is_real
 from replay.report.simulated import check_simulated, simulated_section
@@ -115,7 +115,8 @@ def build_report(
         "",
     ]
     if results.experiment_toml is not None:
-        lines += ["```toml", results.experiment_toml.rstrip(), "```", ""]
+        toml = results.experiment_toml.rstrip()
+        lines += [f"{fence(toml)}toml", toml, fence(toml), ""]
     else:
         lines += ["`experiment.toml` not found in the results directory.", ""]
     out = ReportOutput(
