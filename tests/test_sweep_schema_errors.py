@@ -129,7 +129,7 @@ def test_base_file_is_valid(tmp_path):
     p.write_text(BASE)
     out = _sweep(p)
     assert out.returncode == 0, out.stderr
-    assert "2 points x 1 repeats" in out.stdout
+    assert "2 points x 1 repeat" in out.stdout
 
 
 @pytest.mark.parametrize(("name", "change", "key_path"), CASES, ids=[c[0] for c in CASES])

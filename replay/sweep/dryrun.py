@@ -62,9 +62,14 @@ def dry_run_plan(exp: Experiment, order: str | None = None) -> list[dict[str, An
     return list(seen.values())
 
 
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
 def format_plan(exp: Experiment, plan: list[dict[str, Any]]) -> str:
     """Human-readable listing; argv is shown as a JSON-ish list and as a copy-paste shell line."""
-    lines = [f"experiment {exp.name} ({exp.source}): {len(plan)} points x {exp.repeats} repeats"]
+    shape = f"{_count(len(plan), 'point')} x {_count(exp.repeats, 'repeat')}"
+    lines = [f"experiment {exp.name} ({exp.source}): {shape}"]
     for e in plan:
         lines.append(f"\n== {e['point']}  [{e['engine']}; {', '.join(e['repeats'])}]")
         lines.append(f"   run: {e['run']}")
