@@ -113,7 +113,9 @@ def test_a_run_copied_from_elsewhere_is_left_out_with_a_note(tmp_path):
     assert len(left) == 2
     assert any("host_tier_gib=5/r3" in n and "plan.json lists no such run" in n for n in left)
     assert any("host_tier_gib=10/r1" in n and "experiment 'other'" in n for n in left)
-    assert res.not_started == ["host_tier_gib=10/r1"]  # its one folder held no run of this sweep
+    # its folder holds another sweep's run: left out, with why, not "never started"
+    assert res.not_started == []
+    assert [rel for rel, _ in res.left_out] == ["host_tier_gib=10/r1", "host_tier_gib=5/r3"]
 
     def run_json(rel: str) -> dict:
         return json.loads((exp / rel / "run.json").read_text())

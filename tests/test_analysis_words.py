@@ -53,3 +53,16 @@ def test_noise_and_single_repeat_sentences():
     same = comparison_sentence(_row([125.0], [125.0], metric="makespan_s"), {})
     assert same.startswith("admission=conditioned and admission=all give the same makespan")
     assert "raises" not in same and "single repeat" in same
+
+
+def test_far_apart_means_with_spread_are_not_called_identical_repeats():
+    # Welch's p underflows to 0 here, yet each side's repeats differ: the sentence used to say
+    # "identical repeats, no measured noise" from p == 0
+    a = [100.0 + 0.001 * i for i in range(50)]
+    b = [200.0 + 0.001 * i for i in range(50)]
+    row = _row(a, b, metric="makespan_s")
+    assert row["p_value"] == 0.0
+    s = comparison_sentence(row, {})
+    assert "identical repeats" not in s and "(real; Welch p=0" in s
+    exact = comparison_sentence(_row([100.0] * 3, [200.0] * 3, metric="makespan_s"), {})
+    assert "identical repeats, no measured noise" in exact

@@ -41,7 +41,7 @@ def test_a_runs_own_text_is_shown_as_written_not_rendered(tmp_path):
     why = "boom in __init__.py: *x* ![i](http://e.example/y.png) <b>tag</b> & [l](http://e.example)"
     write_run(exp, {"host_tier_gib": 5}, 9, summary=None, status="failed", error=why)
     toml = exp / "experiment.toml"
-    toml.write_text(toml.read_text() + '# a note with ``` inside\nseed = 1\n')
+    toml.write_text(toml.read_text() + "# a note with ``` inside\nseed = 1\n")
     out = write_report(exp, html=True)
     page = out.html.read_text()
     assert not re.search(r'(src|href)="(https?:)?//', page)  # nothing fetched, nothing linked

@@ -165,3 +165,34 @@ def test_a_point_with_no_finished_run_keeps_its_row_with_n_0(tmp_path):
     for missing in (("0", "8"), ("8", "8")):
         assert cells[missing][2].strip() == "0" and cells[missing][3].strip() == "-"
     assert cells[("0", "4")][2].strip() == "3"
+
+
+def test_a_point_that_never_finished_is_named_among_the_comparisons(tmp_path):
+    # a non-baseline point with no finished run used to drop out of "What is real" silently
+    for name, kw in (("failed", {"failed": {(8, 8)}}), ("unstarted", {"unstarted": {(8, 8)}})):
+        text = "\n".join(what_is_real(analyse(load_results(_sweep(tmp_path / name, **kw)))))
+        line = next(x for x in text.splitlines() if x.startswith("Not in any comparison"))
+        assert line.endswith(": host_tier_gib=8, pool=8."), (name, line)
+
+
+def test_the_runs_that_never_started_are_named_by_point(tmp_path):
+    from replay.report.runs import not_started_line
+
+    res = load_results(_sweep(tmp_path / "d", unstarted={(8, 8)}))
+    lines = not_started_line(res.not_started, len(res.planned), res.left_out)
+    assert lines[0].startswith("**3 of 12 planned runs never started**")
+    assert "- `host_tier_gib=8,pool=8`: r0, r1, r2" in lines
+
+
+def test_a_foreign_run_folder_is_left_out_not_counted_as_never_started(tmp_path):
+    root = _sweep(tmp_path / "d")
+    run = root / "host_tier_gib=8,pool=8" / "r1" / "run.json"
+    data = json.loads(run.read_text())
+    run.write_text(json.dumps({**data, "experiment": "another"}))
+    (root / "plan.json").write_text(json.dumps({**json.loads((root / "plan.json").read_text()),
+                                                "experiment": "d"}))  # fmt: skip
+    res = load_results(root)
+    assert res.not_started == []
+    assert res.left_out == (
+        ("host_tier_gib=8,pool=8/r1", "its run.json is experiment 'another''s, not 'd''s"),
+    )

@@ -56,11 +56,14 @@ class Results:
     experiment_toml: str | None = None
     notes: tuple[str, ...] = field(default_factory=tuple)  # what the loader had to skip or guess
     planned: tuple[str, ...] = ()  # every planned `<point>/<repeat>` (plan.json); () if unknown
+    left_out: tuple[tuple[str, str], ...] = ()  # (`<point>/<repeat>`, why) of foreign run folders
 
     @property
     def not_started(self) -> list[str]:
-        """Planned runs with no run directory: a sweep stopped (or still running) before them."""
+        """Planned runs with no run directory: a sweep stopped (or still running) before them.
+        A folder left out as another sweep's run is not counted here (it is in `left_out`)."""
         have = {f"{p}/{r}" for p, r in zip(self.runs["point"], self.runs["repeat"], strict=True)}
+        have |= {rel for rel, _ in self.left_out}
         return [rel for rel in self.planned if rel not in have]
 
     def ok_runs(self, statuses: Iterable[str] = RUN_STATUSES_OK) -> pd.DataFrame:
@@ -248,12 +251,14 @@ def load_results(results_dir: str | Path) -> Results:
 
     rows: list[dict[str, Any]] = []
     params: list[str] = []
+    left_out: list[tuple[str, str]] = []
     for run_dir in _run_dirs(root):
         row, point, run_notes = _read_run(run_dir, root)
         notes.extend(run_notes)
         foreign = _foreign(row, point, run_dir, root, _dict(plan), planned)
         if foreign:
             notes.append(f"{run_dir.relative_to(root)}: left out: {foreign}")
+            left_out.append((run_dir.relative_to(root).as_posix(), foreign))
             continue
         for key, value in point.items():
             if key not in params:
@@ -287,6 +292,7 @@ def load_results(results_dir: str | Path) -> Results:
         experiment_toml=experiment_toml,
         notes=tuple(notes),
         planned=planned,
+        left_out=tuple(left_out),
     )
 
 

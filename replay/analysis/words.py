@@ -129,11 +129,10 @@ def comparison_sentence(row: Mapping[str, Any], others: Mapping[str, Any]) -> st
         return f"{level} {verb} {metric} by {_pct(rel)} vs {base}{where}, from a single repeat: no noise estimate, not called real ({n})."
     spread = "" if _missing(lo) or lo == hi else f" ± {_pct((hi - lo) / 2)}"
     if verdict == REAL:
-        why = (
-            "identical repeats, no measured noise"
-            if row["p_value"] == 0
-            else f"Welch p={row['p_value']:.2g}"
-        )
+        # no spread on either side, not p == 0: a p-value underflows to 0 for far-apart
+        # means whose repeats do differ
+        exact = not _missing(lo) and lo == hi
+        why = "identical repeats, no measured noise" if exact else f"Welch p={row['p_value']:.2g}"
         return (
             f"{level} {verb} {metric} by {_pct(rel)}{spread} vs {base}{where} ({REAL}; {why}, {n})."
         )

@@ -94,7 +94,9 @@ def fixed_tiers(runs: pd.DataFrame) -> pd.Series:
         ok = isinstance(value, (int, float)) and not isinstance(value, bool)
         return float(value) if ok else np.nan
 
-    column = runs["provenance"] if "provenance" in runs.columns else pd.Series(None, index=runs.index)
+    column = (
+        runs["provenance"] if "provenance" in runs.columns else pd.Series(None, index=runs.index)
+    )
     return column.map(tier).astype(float)
 
 

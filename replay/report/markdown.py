@@ -10,8 +10,10 @@ from replay.analysis.words import fmt_point
 
 __all__ = ["md_table", "plain", "count", "text", "fence"]
 
-# every character markdown gives a meaning inline (emphasis, links, images, code, HTML, entities)
-_INLINE = re.compile(r"([\\`*_\[\]()!<>#~&])")  # `|`: md_table escapes it
+# the characters that start markdown inline syntax: emphasis, code, links and images (`[`),
+# HTML and autolinks, entities, strikethrough; `|` is md_table's to escape. An underscore inside
+# a word (`max_tokens`) cannot emphasise and stays as is.
+_INLINE = re.compile(r"[\\`*\[\]<>&~]|(?<![A-Za-z0-9])_|_(?![A-Za-z0-9])")
 
 
 def md_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[str]:
@@ -40,7 +42,7 @@ def text(v: Any) -> str:
     """Free text from a run (a failure's reason, a log line, a loader note) shown as written:
     markdown's inline characters escaped, so `__init__` is not bold and `![x](url)` is not an
     image the page would fetch."""
-    return _INLINE.sub(r"\\\1", str(v))
+    return _INLINE.sub(lambda m: "\\" + m.group(0), str(v))
 
 
 def fence(body: str) -> str:

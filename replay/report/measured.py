@@ -141,7 +141,9 @@ def predictions_section(a: Analysis) -> list[str]:
         if broken:  # there, but it does not read: the predictions are lost, not absent
             return [f"`{broken[0]}`: no prediction can be compared.", ""]
         return ["No `predictions.json` in this results directory: nothing was pre-registered.", ""]
-    skipped = [f"- not predicted: {text(why)}" for why in skipped_predictions(a.results.predictions)]
+    skipped = [
+        f"- not predicted: {text(why)}" for why in skipped_predictions(a.results.predictions)
+    ]
     skipped += [""] if skipped else []
     if a.predicted.empty:
         return [

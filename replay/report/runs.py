@@ -36,7 +36,8 @@ def what_is_real(a: Analysis) -> list[str]:
     # has no comparison row, only a "Not compared" line)
     baselines = default_baselines(a.design, a.params)
     gaps = {f: _not_compared(a, f, b) for f, b in baselines.items()}
-    if c.empty and not any(gaps.values()):
+    unfinished = _unfinished_points(a)
+    if c.empty and not any(gaps.values()) and not unfinished:
         return ["No two configurations to compare (a single point, or no finished runs).", ""]
     lines = [
         f"Each configuration against its baseline at otherwise equal settings, {METHOD} (two-sided, α = 0.05) "
@@ -63,6 +64,13 @@ def what_is_real(a: Analysis) -> list[str]:
     tally = ", ".join(f"{counts.get(v, 0)} {v}" for v in (REAL, WITHIN_NOISE, SINGLE_REPEAT))
     tally += f", {unjudged} cannot be compared" if unjudged else ""
     lines += [tally + ".", ""]
+    if unfinished:  # no line below mentions them: no run of theirs to compare
+        lines += [
+            "Not in any comparison, since none of their runs finished (see Runs): "
+            + "; ".join(unfinished)
+            + ".",
+            "",
+        ]
     # a comparison of repeats with no spread on either side is exact, not a test: it cannot be
     # called real by chance (the 0 GiB points of every admission are one run, for example)
     decided = c[judged & c["verdict"].isin([REAL, WITHIN_NOISE])] if not c.empty else c
@@ -96,6 +104,26 @@ def what_is_real(a: Analysis) -> list[str]:
         lines += gaps[factor]
         lines.append("")
     return lines
+
+
+def _unfinished_points(a: Analysis) -> list[str]:
+    """The planned points of a sweep with more than one point where no run finished `ok`."""
+    cols = [p for p in a.params if p in a.design.columns]
+    if not cols:
+        return []
+    points = a.design[cols].drop_duplicates()
+    if len(points) < 2:
+        return []
+
+    def key(values: object) -> tuple[str, ...]:
+        return tuple(plain(v) for v in values)  # type: ignore[attr-defined]
+
+    done = {key(r) for r in a.ok[cols].itertuples(index=False)} if not a.ok.empty else set()
+    return [
+        ", ".join(f"{k}={plain(v)}" for k, v in zip(cols, row, strict=True))
+        for row in points.itertuples(index=False)
+        if key(row) not in done
+    ]
 
 
 def _not_compared(a: Analysis, factor: str, baseline: object) -> list[str]:
@@ -151,11 +179,37 @@ def failures(a: Analysis) -> list[str]:
     return lines + md_table(["point", "repeat", "status", "calls done", "why"], rows)
 
 
-def not_started_line(missing: int, planned: int) -> list[str]:
-    """A warning when a sweep's plan lists runs that have no directory yet."""
-    if not missing:
-        return []
-    return [f"**{missing} of {planned} planned runs never started** (rerun the sweep).", ""]
+_LISTED_POINTS = 20  # points named one by one; past that the count says the rest
+
+
+def not_started_line(
+    missing: list[str], planned: int, left_out: tuple[tuple[str, str], ...] = ()
+) -> list[str]:
+    """A warning when a sweep's plan lists runs that have no directory yet, naming them by
+    point; and the run folders left out as another sweep's (they count as neither)."""
+    lines: list[str] = []
+    if missing:
+        by_point: dict[str, list[str]] = {}
+        for rel in missing:
+            point, _, repeat = rel.rpartition("/")
+            by_point.setdefault(point, []).append(repeat)
+        named = [f"- `{p}`: {', '.join(r)}" for p, r in list(by_point.items())[:_LISTED_POINTS]]
+        if len(by_point) > _LISTED_POINTS:
+            named.append(f"- and {len(by_point) - _LISTED_POINTS} more points")
+        lines += [
+            f"**{len(missing)} of {planned} planned runs never started** (rerun the sweep):",
+            "",
+            *named,
+            "",
+        ]
+    if left_out:
+        lines += [
+            f"**{count(len(left_out), 'run folder')} left out**, not this sweep's runs:",
+            "",
+            *(f"- `{rel}`: {text(why)}" for rel, why in left_out),
+            "",
+        ]
+    return lines
 
 
 def provenance(a: Analysis) -> list[str]:

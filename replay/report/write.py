@@ -69,7 +69,7 @@ def build_report(
         "## Runs",
         "",
         *failures(a),
-        *not_started_line(len(results.not_started), len(results.planned)),
+        *not_started_line(results.not_started, len(results.planned), results.left_out),
         "## What is real",
         "",
         *what_is_real(a),
