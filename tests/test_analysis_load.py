@@ -200,3 +200,37 @@ def test_missing_or_empty_directory_is_a_user_error(tmp_path):
         load_results(tmp_path / "nope")
     with pytest.raises(ReplayError, match="no runs found"):
         load_results(tmp_path)
+
+
+def test_a_calls_parquet_cut_short_is_noted_and_its_jsonl_read(tmp_path):
+    run_dir = write_run(tmp_path, {"a": 1}, 0, summary={}, calls=make_calls(1, 3))
+    (run_dir / "calls.jsonl").write_text("".join(json.dumps(c) + "\n" for c in make_calls(1, 3)))
+    whole = (run_dir / "calls.parquet").read_bytes()
+    (run_dir / "calls.parquet").write_bytes(whole[: len(whole) // 2])
+    res = load_results(tmp_path)
+    assert any("a=1/r0/calls.parquet: unreadable" in n for n in res.notes), res.notes
+    assert len(load_calls(run_dir)) == 3  # from the jsonl
+    (run_dir / "calls.parquet").write_bytes(whole)
+    assert not any("calls.parquet" in n for n in load_results(tmp_path).notes)
+
+
+def test_a_summary_csv_cut_short_loses_its_torn_row_not_its_cells(tmp_path):
+    exp = tmp_path / "e"
+    exp.mkdir()
+    table = pd.DataFrame(
+        {"point": ["host_tier_gib=5"] * 2, "repeat": ["r0", "r1"], "host_tier_gib": [5, 5],
+         "status": ["ok", "ok"], "makespan_s": [1.0, 2.0], "calls": [10, 10]}
+    )  # fmt: skip
+    table.to_csv(exp / "summary.csv", index=False)
+    assert list(load_results(exp).runs["makespan_s"]) == [1.0, 2.0]
+    text = (exp / "summary.csv").read_text()
+    (exp / "summary.csv").write_text(text[: text.rindex(",")])  # the last row's last cell lost
+    res = load_results(exp)
+    assert list(res.runs["makespan_s"]) == [1.0]
+    assert any("cut short" in n for n in res.notes)
+
+
+def test_a_sweep_stopped_before_its_first_run_says_so(tmp_path):
+    (tmp_path / "plan.json").write_text(json.dumps({"runs": ["a=1/r0", "a=2/r0"]}))
+    with pytest.raises(ConfigError, match="plan.json lists 2 and none has started"):
+        load_results(tmp_path)

@@ -238,3 +238,28 @@ def test_comparisons_of_repeats_with_no_spread_are_not_counted_as_tests(tmp_path
     decided = int(tally[1]) + int(tally[2])
     tested, exact = int(said[1]), int(said[2])
     assert exact > 0 and tested + exact == decided
+
+
+def test_engines_on_different_clocks_get_no_time_panel(tmp_path):
+    # the simulator's virtual seconds beside a server's wall seconds: "What is real" refuses to
+    # compare them, and Figure 7 drew them as bars on one axis
+    exp = tmp_path / "eng"
+    for engine, clock in (("sim", "virtual"), ("vllm", "wall")):
+        for r in range(2):
+            write_run(
+                exp, {"engine": engine, "host_tier_gib": 5}, r, engine=engine,
+                summary={"makespan_s": 10.0 + r, "ttft_p50_s": 0.1, "computed_prefill_tokens": 500 + r},
+                provenance={"engine": engine, "clock": clock},
+            )  # fmt: skip
+    out = write_report(exp, figures=True)
+    text = out.report.read_text()
+    assert "Figure 7: engines at matched configuration (token counts only" in text
+    svg = next(p for p in out.figures if p.name == "7_engines.svg").read_text()
+    assert "computed prefill" in svg and "makespan" not in svg and "TTFT" not in svg
+
+
+def test_no_figures_says_so(tmp_path):
+    exp = tier_sweep(tmp_path / "tiny")
+    text = write_report(exp, figures=False).report.read_text()
+    figures = _section(text, "Figures")
+    assert "None drawn: the report was written with `--no-figures`." in figures

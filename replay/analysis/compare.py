@@ -36,6 +36,7 @@ __all__ = [
     "compare_levels",
     "missing_baselines",
     "default_baselines",
+    "is_time",
     "welch_compare",
 ]
 
@@ -47,7 +48,7 @@ DIFFERENT_CLOCKS = "different clocks"
 METHOD = "Welch's t-test"
 
 
-def _is_time(metric: str) -> bool:
+def is_time(metric: str) -> bool:
     """A metric in seconds, or per second: measured on a run's clock."""
     return metric.endswith(("_s", "_per_s"))
 
@@ -68,7 +69,7 @@ def _clocks_differ(a: pd.DataFrame, b: pd.DataFrame) -> bool:
 def _judge(a: Iterable[Any], b: Iterable[Any], metric: str, alpha: float, apart: bool):
     """`welch_compare`, except for a time whose sides ran on different clocks: their means
     only, no difference, verdict `different clocks`."""
-    if not (apart and _is_time(metric)):
+    if not (apart and is_time(metric)):
         return welch_compare(a, b, alpha)
     xa, xb = _finite(a), _finite(b)
     ma = float(xa.mean()) if xa.size else math.nan

@@ -153,6 +153,20 @@ def _repeat_order(name: str) -> tuple[int, str]:
     return (int(digits), name) if digits.isdigit() else (1 << 30, name)
 
 
+def _unreadable_parquet(path: Path) -> str | None:
+    """Why a parquet file's footer does not read (a file cut short), or None (also when absent).
+    The footer alone: reading every run's calls to check them would cost the report its speed."""
+    if not path.is_file():
+        return None
+    import pyarrow.parquet as pq  # only when there is a file (pandas' parquet engine)
+
+    try:
+        pq.read_metadata(path)
+    except (OSError, ValueError) as e:
+        return str(e).splitlines()[0] if str(e) else type(e).__name__
+    return None
+
+
 def _read_run(run_dir: Path, root: Path) -> tuple[dict[str, Any], dict[str, Any], list[str]]:
     """One run's row, its matrix point (dict) and any notes about what was unreadable."""
     notes: list[str] = []
@@ -166,6 +180,9 @@ def _read_run(run_dir: Path, root: Path) -> tuple[dict[str, Any], dict[str, Any]
     counters, err = _read_json(run_dir / "counters.json")
     if err:
         notes.append(f"{rel}/{err}")
+    broken = _unreadable_parquet(run_dir / "calls.parquet")
+    if broken:  # load_calls falls back on the streamed calls.jsonl: say so, once, here
+        notes.append(f"{rel}/calls.parquet: unreadable ({broken}); its calls come from calls.jsonl")
 
     if run_dir == root:
         point_name, repeat = "", "r0"
@@ -269,12 +286,20 @@ def load_results(results_dir: str | Path) -> Results:
         runs = pd.DataFrame(rows)
     else:
         table = _summary_table(root)
+        if table is None and planned:
+            raise ConfigError(
+                str(root), None, f"no runs found: plan.json lists {len(planned)} and none has "
+                "started (the sweep stopped before its first run; run it again to resume)",
+            )  # fmt: skip
         if table is None:
             raise ConfigError(
                 str(root), None, "no runs found (no <point>/<repeat>/run.json, no summary.parquet)"
             )
         runs = table
         notes.append("runs read from the summary table (no run directories)")
+        if (root / "summary.csv").is_file() and not (root / "summary.parquet").is_file():
+            runs, torn = _whole_csv_rows(root / "summary.csv", runs)
+            notes += [torn] if torn else []
         planned = ()  # no run directories to tell started runs from the rest
         params = _matrix_from_summary(runs)
     experiment = _experiment_name(root, runs)
@@ -342,6 +367,20 @@ def _summary_table(root: Path) -> pd.DataFrame | None:
     except (OSError, ValueError) as e:
         raise ConfigError(str(root / "summary.parquet"), None, f"unreadable: {e}") from e
     return None
+
+
+def _whole_csv_rows(path: Path, table: pd.DataFrame) -> tuple[pd.DataFrame, str | None]:
+    """`table` without the last row when `path` does not end in a newline: a file cut short
+    (copied while written) ends in a row whose missing cells would be read as values."""
+    with path.open("rb") as f:
+        f.seek(0, 2)
+        if f.tell() == 0:
+            return table, None
+        f.seek(-1, 2)
+        whole = f.read(1) == b"\n"
+    if whole or table.empty:
+        return table, None
+    return table.iloc[:-1], f"{path.name}: its last row is cut short (no newline); left out"
 
 
 def _matrix_from_summary(runs: pd.DataFrame) -> list[str]:

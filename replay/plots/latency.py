@@ -66,9 +66,10 @@ def ttft_cdf(ttft_by_point: Mapping[str, np.ndarray], ctx: FigureContext) -> Fig
             f"{len(drawn)} of {len(items)} points drawn, evenly spaced in point order", fontsize=8
         )
     positive = np.concatenate([v[v > 0] for _, v in items])
-    if positive.size and positive.max() / positive.min() > 100:
+    wide = bool(positive.size and positive.max() / positive.min() > 100)
+    if wide:
         ax.set_xscale("log")
-    ax.set_xlabel("TTFT (s)")
+    ax.set_xlabel("TTFT (s), log scale" if wide else "TTFT (s)")
     ax.set_ylabel("fraction of calls")
     ax.set_ylim(0, 1.02)
     ax.grid(alpha=0.3)

@@ -90,7 +90,7 @@ def slot_timeline(calls: pd.DataFrame, ctx: FigureContext, run_label: str) -> Fi
     # Right of the lanes, outside the axes: a legend inside would hide calls.
     ax.legend(
         handles=[Patch(color=c, label=p) for p, (_, _, c) in PHASES.items()]
-        + [Patch(facecolor="white", edgecolor="0.6", label="gap (agent/tool time)")],
+        + [Patch(facecolor="white", edgecolor="0.6", label="gap (agent/tool time, or idle)")],
         loc="upper left",
         bbox_to_anchor=(1.01, 1.0),
         fontsize=7,

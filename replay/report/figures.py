@@ -8,9 +8,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from replay.analysis.compare import is_time
 from replay.analysis.derived import TIER_PARAM
 from replay.analysis.load import load_calls
 from replay.plots import (
+    ENGINE_METRICS,
     FigureContext,
     engine_comparison,
     hits_vs_pressure,
@@ -105,10 +107,15 @@ def draw_figures(
         ttft_cdf(ttft, ctx),
         "no per-call TTFT",
     )
+    # engines timed on different clocks (the simulator's virtual seconds, a server's wall
+    # seconds): their times are not drawn side by side, as "What is real" does not compare them
+    apart = "clock" in a.ok.columns and a.ok["clock"].dropna().nunique() > 1
+    metrics = [m for m in ENGINE_METRICS if not (apart and is_time(m))]
+    caption = "Figure 7: engines at matched configuration"
     keep(
         "7_engines",
-        "Figure 7: engines at matched configuration",
-        engine_comparison(a.agg, a.params, ctx),
+        caption + (" (token counts only: the engines ran on different clocks)" if apart else ""),
+        engine_comparison(a.agg, a.params, ctx, metrics=metrics),
         "fewer than two engines ran a matched configuration",
     )
     return drawn, skipped

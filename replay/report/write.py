@@ -94,6 +94,8 @@ def build_report(
             lines += [f"[SVG]({FIGURES_DIR}/{svg.name})", ""]
     if skipped:
         lines += ["Not drawn:", "", *(f"- {cap}: {why}" for cap, why in skipped.items()), ""]
+    if not figures:
+        lines += ["None drawn: the report was written with `--no-figures`.", ""]
     derived = ", ".join(
         f"`{k}` = {fn.__doc__.split(':')[0]}"
         for k, (fn, _) in DERIVED_METRICS.items()
