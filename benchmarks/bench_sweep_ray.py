@@ -174,7 +174,9 @@ def run() -> dict:
     try:
         import ray
     except ImportError:
-        line = "ray is not installed: pip install 'replay[ray]' (make setup-ray); skipped"
+        from replay.sweep.ray_backend import INSTALL_HINT
+
+        line = f"ray is not installed: {INSTALL_HINT}; skipped"
         print(f"[bench_sweep_ray] {line}")
         return {"skipped": line}
     exp = load_experiment(EXPERIMENT)

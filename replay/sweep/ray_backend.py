@@ -23,8 +23,12 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
+import socket
+import threading
 import time
 import uuid
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -43,9 +47,10 @@ from replay.sweep.results import (
     write_json_atomic,
 )
 from replay.sweep.run_steps import placeholder
-from replay.sweep.runner import Execute, RunOutcome, SweepRunner, outcome_line
+from replay.sweep.runner import RunOutcome, SweepRunner, outcome_line
+from replay.sweep.signals import interrupts_deferred
 
-__all__ = ["ray_executor", "require_ray", "start_local", "INSTALL_HINT"]
+__all__ = ["RayExecute", "ray_executor", "require_ray", "start_local", "INSTALL_HINT"]
 
 # from the checkout: PyPI's "replay" is another project, so `pip install 'replay[ray]'` would
 # fetch that one
@@ -63,6 +68,9 @@ _LOCAL_OBJECT_STORE_BYTES = 256 * 1024**2  # the runs return a few MiB each; a s
 # together, so a Ctrl-C right after one ended met the other's reply in 4 of 9 tries of the
 # Ctrl-C test (docs/cluster.md).
 _SETTLE_S = 0.5
+# Ray's own connect to an address where nothing listens retries for about 14 minutes (20 tries
+# of ~41 s); one TCP connect with this timeout says so first
+_REACH_TIMEOUT_S = 5.0
 
 
 def require_ray(exp: Experiment) -> Any:
@@ -74,20 +82,35 @@ def require_ray(exp: Experiment) -> Any:
     return ray
 
 
-def ray_executor(exp: Experiment) -> Execute:
-    """The `Execute` of a sweep on Ray (see the module docstring); checks for ray now, so a
-    missing package is reported before the results directory is touched."""
-    ray = require_ray(exp)
+class RayExecute:
+    """The `Execute` of a sweep on Ray (see the module docstring). `session()` joins or starts
+    the cluster; the runner enters it once it holds the results directory's lock and before it
+    changes anything there, so a cluster that does not answer leaves the folder as it was
+    (`--force` had set every finished run aside by then)."""
 
-    def execute(runner: SweepRunner, planned: list[PlannedRun], outcomes: list[RunOutcome]):
-        started_here = _connect(ray, exp)
+    def __init__(self, ray: Any, exp: Experiment, echo: Callable[[str], None] = print):
+        self.ray, self.exp, self.echo = ray, exp, echo
+
+    @contextlib.contextmanager
+    def session(self) -> Iterator[None]:
+        started_here = _connect(self.ray, self.exp)
         try:
-            return _Head(ray, runner, planned, outcomes).run()
+            _check_feasible(self.ray, self.exp, self.echo)
+            yield
         finally:
             if started_here:
-                ray.shutdown()
+                self.ray.shutdown()
 
-    return execute
+    def __call__(
+        self, runner: SweepRunner, planned: list[PlannedRun], outcomes: list[RunOutcome]
+    ) -> bool:
+        return _Head(self.ray, runner, planned, outcomes).run()
+
+
+def ray_executor(exp: Experiment, echo: Callable[[str], None] = print) -> RayExecute:
+    """The Ray backend for `exp`; checks for ray now, so a missing package is reported before
+    the results directory is touched."""
+    return RayExecute(require_ray(exp), exp, echo)
 
 
 def _connect(ray: Any, exp: Experiment) -> bool:
@@ -95,16 +118,88 @@ def _connect(ray: Any, exp: Experiment) -> bool:
     already connected (a test's shared cluster, a notebook) is used as it is."""
     if ray.is_initialized():
         return False
-    address = exp.cluster.address
+    address = _address(exp)
+    # ray.init puts its own SIGTERM handler (sys.exit(15)) in place of the sweep's, so a kill
+    # ended the head with a C++ stack dump instead of an interrupted, resumable sweep
+    sigterm = signal.getsignal(signal.SIGTERM)
     try:
         if address == "local":
-            start_local(ray, exp.cluster.local_cpus or os.cpu_count() or 1)
+            # a Ctrl-C half way through Ray's start left its agents running with no owner
+            with interrupts_deferred():
+                start_local(ray, exp.cluster.local_cpus or os.cpu_count() or 1)
         else:
             ray.init(address=address, log_to_driver=False)
+    except KeyboardInterrupt:  # raised once Ray had started: stop it again
+        with contextlib.suppress(Exception):
+            ray.shutdown()
+        raise
     except (ConnectionError, RuntimeError, ValueError) as e:
         why = f"cannot connect to Ray at {address!r}: {e}".splitlines()[0]
         raise ConfigError(exp.source, "cluster.address", why + "; see docs/cluster.md") from None
+    finally:
+        if sigterm is not None and threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, sigterm)
     return True
+
+
+def _address(exp: Experiment) -> str:
+    """The address to give ray.init. "auto" is the cluster `RAY_ADDRESS` or `ray start` on this
+    machine names: Ray's own "auto" also joins any Ray it finds running here, such as another
+    sweep's private `--ray local` one, and the sweep died when that one stopped. A host:port
+    is refused at once when nothing answers there."""
+    address = exp.cluster.address
+    if address == "auto":
+        address = os.environ.get("RAY_ADDRESS") or _started_cluster() or ""
+        if not address:
+            raise ConfigError(
+                exp.source, "cluster.address", "auto: no Ray cluster was started on this machine "
+                "(`ray start`; RAY_ADDRESS is unset either): start one (docs/cluster.md), or use "
+                "--ray local for a private Ray, or --ray HOST:PORT",
+            )  # fmt: skip
+    if address == "local" or "://" in address:
+        return address
+    host, sep, port = address.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ConfigError(
+            exp.source, "cluster.address",
+            f"{address!r}: expected auto, local, HOST:PORT or ray://HOST:PORT",
+        )  # fmt: skip
+    try:
+        socket.create_connection((host, int(port)), timeout=_REACH_TIMEOUT_S).close()
+    except OSError as e:
+        why = f"cannot connect to Ray at {address!r}: nothing answers ({e.strerror or e})"
+        raise ConfigError(exp.source, "cluster.address", why + "; see docs/cluster.md") from None
+    return address
+
+
+def _check_feasible(ray: Any, exp: Experiment, echo: Callable[[str], None]) -> None:
+    """A run that asks for more of a resource than the whole cluster has waits forever, and
+    silently (Ray's "infeasible" warning goes to the driver's log, which the sweep hides):
+    refused on a private local Ray, which no node will join; said once on a cluster, which
+    may yet grow."""
+    have = ray.cluster_resources()
+    for point in exp.points():
+        need = run_resources(exp, point)
+        short = {k: v for k, v in need.items() if v > have.get(k, 0)}
+        if not short:
+            continue
+        what = ", ".join(
+            f"{k}={v:g} (the cluster has {have.get(k, 0):g})" for k, v in short.items()
+        )
+        why = f"a run asks for {what}: no node can run it"
+        if exp.cluster.address == "local":
+            raise ConfigError(exp.source, "cluster.resources", why)
+        echo(f"ray: warning: {why} until one joins")
+        return
+
+
+def _started_cluster() -> str | None:
+    """The address `ray start` wrote on this machine (Ray's own reader; None if it has none)."""
+    try:
+        from ray._private.utils import read_ray_address
+    except ImportError:  # a Ray that moved it: RAY_ADDRESS or an explicit address still work
+        return None
+    return read_ray_address() or None
 
 
 def start_local(ray: Any, cpus: int) -> None:

@@ -12,6 +12,7 @@ another, or as Ray tasks (replay.sweep.ray_backend).
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import platform
 import time
@@ -158,8 +159,15 @@ class SweepRunner(RunSteps):
         after another here; the Ray backend spreads them over a cluster), write the summary."""
         from replay.sweep.signals import sigterm_as_interrupt
 
-        # SIGTERM or SIGHUP during the preparation too stops as Ctrl-C does (exit 130, said)
-        with exclusive_lock(self.exp_dir), sigterm_as_interrupt():
+        # SIGTERM or SIGHUP during the preparation too stops as Ctrl-C does (exit 130, said).
+        # A backend's session (Ray's connection) opens before the results folder changes: a
+        # cluster that does not answer leaves it as it was.
+        session = getattr(execute, "session", None)
+        with (
+            exclusive_lock(self.exp_dir),
+            sigterm_as_interrupt(),
+            session() if session is not None else contextlib.nullcontext(),
+        ):
             return self._run_locked(execute or run_in_order)
 
     def predict(self) -> None:
@@ -306,7 +314,7 @@ def run_sweep(
     if exp.cluster.backend == "ray":
         from replay.sweep.ray_backend import ray_executor
 
-        execute = ray_executor(exp)  # says what to install before anything is touched
+        execute = ray_executor(exp, echo)  # says what to install before anything is touched
     runner = SweepRunner(
         exp,
         force=force,
