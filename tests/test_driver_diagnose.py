@@ -42,15 +42,15 @@ def test_the_cpu_figure_names_the_polling_apart():
 
 
 def test_generated_traces_get_a_content_hash():
-    from replay.driver.run import _content_sha256
+    from replay.driver.run import trace_content_sha256
     from replay.trace.synth import synth
 
     def trace(seed):
         return synth("swe-agent", tasks=2, seed=seed, max_calls_per_task=3)
 
-    assert _content_sha256(trace(1)) == _content_sha256(trace(1))
-    assert _content_sha256(trace(1)) != _content_sha256(trace(2))
-    assert len(_content_sha256(trace(1))) == 64
+    assert trace_content_sha256(trace(1)) == trace_content_sha256(trace(1))
+    assert trace_content_sha256(trace(1)) != trace_content_sha256(trace(2))
+    assert len(trace_content_sha256(trace(1))) == 64
 
 
 @pytest.mark.parametrize("virtual", [True, False])
