@@ -189,6 +189,13 @@ def test_capacity_is_floor_of_bytes_over_chunk_bytes():
     assert host_capacity_chunks(0, 256, 24576) == 0
 
 
+def test_a_capacity_past_64_bits_is_refused_not_overflowed():
+    """A tiny bytes per token put inf chunks in a tier, and int() raised OverflowError."""
+    with pytest.raises(ConfigError, match="bytes_per_token: a 1 GiB tier holds 4.19e\\+306 chunks"):
+        host_capacity_chunks(1.0, 256, 1e-300)
+    assert host_capacity_chunks(1.0, 1, 1e-9) == int(GIB / 1e-9)  # under 2**63: counted
+
+
 def test_trace_and_pool_orders_and_bad_order():
     tasks = agent_tasks(np.random.default_rng(1), n_tasks=3, n_calls=3)
     trace = make_trace(tasks)

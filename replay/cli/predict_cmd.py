@@ -23,11 +23,20 @@ from replay.model.order import ServiceModel
 from replay.model.presets import GIB, MAX_TIER_GIB, get_hardware, get_model
 from replay.model.run_order import parse_order
 from replay.model.session import ACCESS, session_curve, turn_prices
+from replay.trace.validate import MAX_CALL_TOKENS
 
 WHERE = "predict"
+# Upper bounds on what the options may say: past them a number is a typo, and one past 2**63
+# ended in a traceback where the JSON was written (orjson holds 64-bit integers) or a count was
+# taken of it. Tokens of one prompt, prefix or session: a call's limit (MAX_CALL_TOKENS).
+MAX_POOL = 1 << 20  # task slots
+MAX_TP = 1 << 10  # tensor-parallel ranks
+MAX_DEVICE_TOKENS = 1 << 50  # a PiB of KV at one byte a token
+MAX_BYTES_PER_TOKEN = float(GIB)  # KV bytes per token per rank: real models take under a MiB
+INT64_MAX = (1 << 63) - 1  # the model's token and chunk counts are int64
 
 
-def _numbers(kind, text: str | None, name: str) -> list:
+def _numbers(kind, text: str | None, name: str, maximum: float = math.inf) -> list:
     if text is None or not text.strip():
         return []
     try:
@@ -38,6 +47,8 @@ def _numbers(kind, text: str | None, name: str) -> list:
         ) from None
     if not all(v >= 0 for v in values):  # NaN too
         raise click.BadParameter("values must be >= 0", param_hint=name)
+    if not all(v <= maximum for v in values):
+        raise click.BadParameter(f"values must be at most {maximum:,}", param_hint=name)
     return values
 
 
@@ -48,13 +59,17 @@ def _require(value, flag: str, mode: str):
 
 
 def _check_numbers(o: dict) -> None:
-    """Refuse NaN and inf where a count or a size is meant (nan reached int() and raised; inf
-    printed a working set of inf GiB), and an efficiency outside (0, 1] (0 was taken as unset)."""
-    for key, flag in (("bytes_per_token", "--bytes-per-token"),
-                      ("mean_prompt_tokens", "--mean-prompt-tokens")):  # fmt: skip
+    """Refuse NaN, inf and past-any-model sizes where a count or a size is meant (nan reached
+    int() and raised; inf or 1e300 printed a working set of inf GiB), and an efficiency outside
+    (0, 1] (0 was taken as unset)."""
+    bounds = (("bytes_per_token", "--bytes-per-token", MAX_BYTES_PER_TOKEN),
+              ("mean_prompt_tokens", "--mean-prompt-tokens", MAX_CALL_TOKENS))  # fmt: skip
+    for key, flag, most in bounds:
         v = o.get(key)
         if v is not None and not 0 < v < math.inf:
             raise ConfigError(WHERE, flag, f"must be a finite number > 0, got {v}")
+        if v is not None and v > most:  # (A-1)*N*beta came out inf GiB
+            raise ConfigError(WHERE, flag, f"must be at most {most:,.0f}, got {v:g}")
     e = o.get("efficiency")
     if e is not None and not 0 < e <= 1:
         raise ConfigError(WHERE, "--efficiency", f"must be in (0, 1], got {e}")
@@ -232,21 +247,41 @@ def _print_sessions(doc: dict) -> None:
 @click.option("--economics", "economics", is_flag=True, help="Offload economics per hardware.")
 @click.option("--sessions", "sessions", is_flag=True, help="The explainer's session model.")
 @click.option("--trace", "trace_path", type=click.Path(dir_okay=False), help="Trace file.")
-@click.option("--pool", type=int, help="Active pool A (task slots).")
+@click.option("--pool", type=click.IntRange(1, MAX_POOL), help="Active pool A (task slots).")
 @click.option("--model", help="Model preset (bytes per token, FLOPs).")
 @click.option(
-    "--tp", type=click.IntRange(min=1), default=1, show_default=True, help="Tensor-parallel ranks."
+    "--tp",
+    type=click.IntRange(1, MAX_TP),
+    default=1,
+    show_default=True,
+    help="Tensor-parallel ranks.",
 )
 @click.option(
     "--bytes-per-token", type=float, help="KV bytes per token per rank (overrides --model)."
 )
 @click.option("--tiers-gib", default="0,5,10,20,40,80", show_default=True, help="Host tier sizes.")
-@click.option("--chunk-tokens", type=int, default=256, show_default=True, help="Host chunk size.")
-@click.option("--block-tokens", type=int, default=16, show_default=True, help="Device block size.")
+@click.option(
+    "--chunk-tokens",
+    type=click.IntRange(1, MAX_CALL_TOKENS),
+    default=256,
+    show_default=True,
+    help="Host chunk size.",
+)
+@click.option(
+    "--block-tokens",
+    type=click.IntRange(1, MAX_CALL_TOKENS),
+    default=16,
+    show_default=True,
+    help="Device block size.",
+)
 @click.option(
     "--device-gib", type=float, default=0.0, show_default=True, help="Device KV per rank."
 )
-@click.option("--device-tokens", type=int, help="Device KV in tokens (overrides --device-gib).")
+@click.option(
+    "--device-tokens",
+    type=click.IntRange(0, MAX_DEVICE_TOKENS),
+    help="Device KV in tokens (instead of --device-gib).",
+)
 @click.option(
     "--order",
     default="pool",
@@ -288,7 +323,11 @@ def _print_sessions(doc: dict) -> None:
     default=None,
     help="Count attention FLOPs (default: on for economics, off for sessions as the explainer).",
 )
-@click.option("--session-tokens", type=int, help="Sessions: history tokens per session.")
+@click.option(
+    "--session-tokens",
+    type=click.IntRange(1, MAX_CALL_TOKENS),
+    help="Sessions: history tokens per session.",
+)
 @click.option("--host-gib", type=float, default=0.0, show_default=True, help="Sessions: host tier.")
 @click.option("--max-sessions", type=int, default=12, show_default=True)
 @click.option("--access", type=click.Choice(ACCESS), default="round-robin", show_default=True)
@@ -353,7 +392,7 @@ def command(**o) -> None:
         names = [h.strip() for h in (o["hardware"] or "").split(",") if h.strip()]
         table = economics_table(
             model,
-            _numbers(int, o["prefix_tokens"], "--prefix-tokens"),
+            _numbers(int, o["prefix_tokens"], "--prefix-tokens", MAX_CALL_TOKENS),
             hardware=[get_hardware(n) for n in names] if names else None,
             tp=o["tp"],
             efficiency=1.0 if o["efficiency"] is None else o["efficiency"],
@@ -365,8 +404,6 @@ def command(**o) -> None:
         model = get_model(_require(o["model"], "--model", "--sessions"))
         hw = get_hardware(_require(o["hardware"], "--hardware", "--sessions"))
         tokens = _require(o["session_tokens"], "--session-tokens", "--sessions")
-        if tokens < 1:
-            raise ConfigError(WHERE, "--session-tokens", f"must be at least 1, got {tokens}")
         if o["max_sessions"] < 1:
             raise ConfigError(
                 WHERE, "--max-sessions", f"must be at least 1, got {o['max_sessions']}"
@@ -469,6 +506,19 @@ def _saturation_note(trace, active: int, device_tokens: int) -> None:
         )
 
 
+def _check_tokens_fit(sizes_gib: list[float], bytes_per_token: float) -> None:
+    """The tiers' sizes in tokens fit the model's int64 counts: a tiny --bytes-per-token (1e-300)
+    put inf tokens in 1 GiB, and taking a count of it raised OverflowError."""
+    gib = max(sizes_gib)
+    tokens = gib * GIB / bytes_per_token
+    if not tokens <= INT64_MAX:
+        raise ConfigError(
+            WHERE, "--bytes-per-token", f"{bytes_per_token:g} bytes a token puts {tokens:.3g} "
+            f"tokens in {gib:g} GiB, past the model's 64-bit counts: give the KV bytes one token "
+            "takes on one rank",
+        )  # fmt: skip
+
+
 def _trace_mode(o: dict, tiers: list[float]) -> None:
     from replay.trace.io import read_trace
 
@@ -485,6 +535,7 @@ def _trace_mode(o: dict, tiers: list[float]) -> None:
             "model's KV on one; give --tp as the run's (the simulator's default is TP 8)",
             err=True,
         )
+    _check_tokens_fit([o["device_gib"], *tiers], bpt)
     device_tokens = o["device_tokens"]
     if device_tokens is None:  # --device-gib in [0, MAX_TIER_GIB]: `command` saw to it
         device_tokens = int(math.floor(o["device_gib"] * GIB / bpt))
@@ -495,9 +546,6 @@ def _trace_mode(o: dict, tiers: list[float]) -> None:
             "device KV per rank (the engine's device_kv_gib)",
             err=True,
         )
-    for flag in ("chunk_tokens", "block_tokens"):
-        if o[flag] <= 0:
-            raise ConfigError(WHERE, "--" + flag.replace("_", "-"), "must be positive")
     if device_tokens and o["chunk_tokens"] % o["block_tokens"]:  # as the simulator refuses it
         raise ConfigError(
             WHERE, "--chunk-tokens", "must be a multiple of --block-tokens with a device tier"

@@ -21,6 +21,8 @@ from replay.model.streams import KeyedTrace, build_stream, order_indices
 
 __all__ = ["TierPrediction", "TierModel", "host_capacity_chunks"]
 
+INT64_MAX = (1 << 63) - 1  # the passes count chunks in int64
+
 
 def host_capacity_chunks(tier_gib: float, chunk_tokens: int, bytes_per_token: float) -> int:
     """Chunks a host tier of `tier_gib` GiB holds: floor(bytes / (chunk_tokens * bytes_per_token))."""
@@ -30,7 +32,15 @@ def host_capacity_chunks(tier_gib: float, chunk_tokens: int, bytes_per_token: fl
             "tiers_gib",
             f"tier sizes must be in [0, {MAX_TIER_GIB:,.0f}], got {tier_gib}",
         )
-    return int(math.floor(tier_gib * GIB / (chunk_tokens * bytes_per_token)))
+    chunks = tier_gib * GIB / (chunk_tokens * bytes_per_token)
+    if not chunks <= INT64_MAX:  # inf (a tiny bytes_per_token) raised OverflowError in int()
+        raise ConfigError(
+            "predict",
+            "bytes_per_token",
+            f"a {tier_gib:g} GiB tier holds {chunks:.3g} chunks at {bytes_per_token:g} bytes a "
+            "token, past the model's 64-bit counts: give the KV bytes one token takes on one rank",
+        )
+    return int(math.floor(chunks))
 
 
 @dataclass(frozen=True)
