@@ -443,7 +443,10 @@ BAD_ARGS: list[tuple[str, list[str], str]] = [
     ("predict_sessions_host_inf", [*SESSIONS, "--host-gib", "inf"],
      r"^predict: Invalid value for --host-gib: tier sizes must be in \[0, "),
     ("predict_sessions_none", [*SESSIONS, "--max-sessions", "0"],
-     r"^predict: --max-sessions: must be at least 1, got 0"),
+     r"^predict: Invalid value for '--max-sessions': 0 is not in the range 1<=x<=10000"),
+    # ran for minutes and took tens of GB, one session count at a time
+    ("predict_sessions_too_many", [*SESSIONS, "--max-sessions", "100000000"],
+     r"^predict: Invalid value for '--max-sessions': 100000000 is not in the range 1<=x<=10000"),
     ("predict_sessions_tokens_negative", [*SESSIONS[:-4], "--session-tokens", "-5", "--device-gib", "1"],
      r"^predict: Invalid value for '--session-tokens': -5 is not in the range 1<=x<="),
     # predict: a number past 64 bits, or a count past them, ended in a traceback

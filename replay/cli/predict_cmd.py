@@ -33,6 +33,8 @@ MAX_POOL = 1 << 20  # task slots
 MAX_TP = 1 << 10  # tensor-parallel ranks
 MAX_DEVICE_TOKENS = 1 << 50  # a PiB of KV at one byte a token
 MAX_BYTES_PER_TOKEN = float(GIB)  # KV bytes per token per rank: real models take under a MiB
+# the session curve is computed one session count at a time: 10^8 took minutes and tens of GB
+MAX_SESSIONS = 10_000
 INT64_MAX = (1 << 63) - 1  # the model's token and chunk counts are int64
 
 
@@ -329,7 +331,13 @@ def _print_sessions(doc: dict) -> None:
     help="Sessions: history tokens per session.",
 )
 @click.option("--host-gib", type=float, default=0.0, show_default=True, help="Sessions: host tier.")
-@click.option("--max-sessions", type=int, default=12, show_default=True)
+@click.option(
+    "--max-sessions",
+    type=click.IntRange(1, MAX_SESSIONS),
+    default=12,
+    show_default=True,
+    help="Sessions: the curve runs from 1 to this many sessions.",
+)
 @click.option("--access", type=click.Choice(ACCESS), default="round-robin", show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @click.option("-o", "--out", type=click.Path(dir_okay=False), help="Also write the JSON here.")
@@ -404,10 +412,6 @@ def command(**o) -> None:
         model = get_model(_require(o["model"], "--model", "--sessions"))
         hw = get_hardware(_require(o["hardware"], "--hardware", "--sessions"))
         tokens = _require(o["session_tokens"], "--session-tokens", "--sessions")
-        if o["max_sessions"] < 1:
-            raise ConfigError(
-                WHERE, "--max-sessions", f"must be at least 1, got {o['max_sessions']}"
-            )
         prices = turn_prices(
             model,
             hw,
