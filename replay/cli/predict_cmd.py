@@ -47,7 +47,9 @@ def _numbers(kind, text: str | None, name: str, maximum: float = math.inf) -> li
         raise click.BadParameter(
             f"expected comma-separated numbers, got {text!r}", param_hint=name
         ) from None
-    if not all(v >= 0 for v in values):  # NaN too
+    if any(math.isnan(v) for v in values):  # said "values must be >= 0"
+        raise click.BadParameter("nan is not a number", param_hint=name)
+    if not all(v >= 0 for v in values):
         raise click.BadParameter("values must be >= 0", param_hint=name)
     if not all(v <= maximum for v in values):
         raise click.BadParameter(f"values must be at most {maximum:,}", param_hint=name)
@@ -127,6 +129,37 @@ def _check_mode_options(ctx: click.Context, mode: str, order: str) -> None:
             )  # fmt: skip
         if mode == "trace" and name == "efficiency" and ctx.params.get("hardware") is None:
             raise ConfigError(WHERE, flag, "scales the service times --hardware gives; add it")
+
+
+def _check_one_source(ctx: click.Context, o: dict, mode: str) -> None:
+    """Refuse two options that give one number, where one of them was silently dropped."""
+
+    def given(name: str) -> bool:
+        return ctx.get_parameter_source(name) == ParameterSource.COMMANDLINE
+
+    if mode == "closed-form" and given("trace_path") and given("mean_prompt_tokens"):
+        raise ConfigError(
+            WHERE, "--trace and --mean-prompt-tokens", "both give the closed form's mean prompt "
+            "(the trace's, or the number): give one",
+        )  # fmt: skip
+    if given("device_gib") and given("device_tokens"):
+        raise ConfigError(
+            WHERE, "--device-gib and --device-tokens", "both size the device (in GiB per rank, "
+            "or in tokens): give one",
+        )  # fmt: skip
+
+
+def _check_order(order: str) -> None:
+    """`pool`, `trace` or `run:DIR` with a directory (`run:` read the current directory)."""
+    if order in ("pool", "trace"):
+        return
+    if not order.startswith("run:"):
+        raise ConfigError(WHERE, "--order", f"unknown order {order!r}; valid: pool, trace, run:DIR")
+    if not order[4:].strip():
+        raise ConfigError(
+            WHERE, "--order", f"{order!r} names no run directory: give run:DIR, the directory of "
+            "a recorded run (its calls.parquet or calls.jsonl)",
+        )  # fmt: skip
 
 
 def _bytes_per_token(bytes_per_token: float | None, model: str | None, tp: int, mode: str) -> float:
@@ -354,16 +387,12 @@ def command(**o) -> None:
         --session-tokens 100000 --device-gib 167.6
     """
     mode = _mode(o)
-    _check_mode_options(click.get_current_context(), mode, o["order"])
+    ctx = click.get_current_context()
+    _check_mode_options(ctx, mode, o["order"])
+    _check_one_source(ctx, o, mode)
     _check_numbers(o)
-    if (
-        mode == "trace"
-        and o["order"] not in ("pool", "trace")
-        and not o["order"].startswith("run:")
-    ):
-        raise ConfigError(
-            WHERE, "--order", f"unknown order {o['order']!r}; valid: pool, trace, run:DIR"
-        )
+    if mode == "trace":
+        _check_order(o["order"])
     trace_path = o.get("trace_path")
     if o["out"] and trace_path and Path(o["out"]).resolve() == Path(trace_path).resolve():
         raise ConfigError(
