@@ -135,6 +135,14 @@ def test_trace_mode_queue_and_ranges(capsys, trace_file):
     assert "ranges: unavailable: ranges need a roofline" in table(*flat, "--ranges", "--no-pays")
     out = table(*argv, "--ranges")
     assert "ranges (low-high):" in out and "computed " in out.split("ranges (low-high):")[1]
+    # with the queue each tier has its own device hits: a column of the JSON's, not one total
+    # in the header that was the first tier's
+    lines = table(*argv, "--queue").splitlines()
+    header = next(i for i, x in enumerate(lines) if "tier GiB" in x)
+    assert lines[header].split()[-2:] == ["device", "hits"] and "device hits" not in lines[0]
+    doc = ok_json(capsys, *argv, "--queue", "--json")
+    for row, line in zip(doc["tiers"], lines[header + 1 :], strict=False):
+        assert line.split()[-1] == f"{row['device_hit_tokens']:,}"
 
 
 def test_economics_and_sessions(capsys):
@@ -278,8 +286,9 @@ def test_more_slots_than_tasks_count_only_the_tasks_in_the_working_set(capsys, t
 
 
 def test_prompts_in_flight_past_the_device_get_a_note(capsys, trace_file):
-    """The model neither pins running calls' blocks nor queues admission: where pool x mean prompt
-    outgrows the device it counts device hits high (docs/model.md), and says so."""
+    """The model neither pins running calls' blocks nor queues admission: where pool x the
+    prompts' 90th percentile outgrows the device it counts device hits high (docs/model.md), and
+    says so (pool x mean missed a heavy tail of long prompts)."""
     argv = ["predict", "--trace", str(trace_file), "--pool", "4", "--bytes-per-token", "1",
             "--tiers-gib", "0", "--no-pays"]  # fmt: skip
     errs = {}
@@ -340,3 +349,23 @@ def test_a_run_of_the_same_trace_stored_otherwise_or_generated_is_its_order(
     write_trace(make_trace(agent_tasks(np.random.default_rng(6), 4, 5, head=20)), other)
     code, _, err = run_cli(capsys, *argv, "--trace", str(other))
     assert code == 2 and "replayed another trace (generated, sha256" in err and "None" not in err
+
+
+def test_the_in_flight_note_sees_a_heavy_tail_the_mean_hides(capsys, tmp_path):
+    from replay.trace.synth import synth
+    from replay.trace.write import write_trace
+
+    trace = synth("claude-code", tasks=8, seed=1)
+    path = tmp_path / "cc.jsonl.gz"
+    write_trace(trace, path)
+    lengths = sorted(c.prompt_len for c in trace.calls)
+    p90 = lengths[int(0.9 * (len(lengths) - 1))]
+    mean = trace.prompt_tokens / len(trace)
+    device_tokens = int(mean + p90)  # between 2 x mean and 2 x p90
+    assert 2 * mean < device_tokens < 2 * p90
+    try:
+        main(["predict", "--trace", str(path), "--pool", "2", "--bytes-per-token", "1",
+              "--device-gib", str(device_tokens / 2**30), "--tiers-gib", "0", "--no-pays"])  # fmt: skip
+    except SystemExit as e:
+        assert e.code in (0, None)
+    assert "does not pin running calls' blocks" in capsys.readouterr().err

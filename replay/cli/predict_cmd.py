@@ -9,11 +9,17 @@ import tempfile
 from pathlib import Path
 
 import click
+import numpy as np
 import orjson
 from click.core import ParameterSource
 
 from replay.cli.out_file import check_plain_file
-from replay.counters import COMPUTED_PREFILL_TOKENS
+from replay.cli.predict_print import (
+    print_closed_form,
+    print_economics,
+    print_sessions,
+    print_tiers,
+)
 from replay.driver.options import MAX_GAP_SCALE, TIMINGS
 from replay.driver.records import chmod_by_umask
 from replay.errors import ConfigError
@@ -186,97 +192,6 @@ def _emit(doc: dict, as_json: bool, out: str | None, human) -> None:
         human(doc)
 
 
-def _fmt(x, digits: int = 2) -> str:
-    if x is None:
-        return "inf"
-    if isinstance(x, float):
-        return f"{x:,.{digits}f}"
-    return f"{x:,}"
-
-
-def _gib(x: float) -> str:
-    """A size in GiB to 4 significant digits: tiny tiers (a CPU engine's MiB) stay apart, where
-    two decimals printed 0.0001 and 0.001 GiB alike as 0.00."""
-    return f"{x:,.2f}" if x >= 10 else f"{x:.4g}"
-
-
-def _tier(x: float) -> str:
-    """A tier as given on the command line: whole GiB as integers, others to 4 significant
-    digits (one format down the column: `_gib`'s two decimals from 10 GiB up printed 5 beside
-    10.00)."""
-    return f"{int(x):,}" if float(x).is_integer() else f"{x:.4g}"
-
-
-def _print_tiers(doc: dict) -> None:
-    click.echo(
-        f"{doc['calls']} calls, {doc['prompt_tokens']:,} prompt tokens, order {doc['order']}, "
-        f"pool {doc['pool']}: working set {_gib(doc['working_set_gib'])} GiB; "
-        f"device hits {doc['device_hit_tokens']:,} tokens"
-    )
-    pays = doc.get("offload_pays_from_gib")
-    click.echo(
-        "offload pays (restores >= writes) from "
-        + ("never" if pays is None else f"{_gib(pays)} GiB")
-    )
-    cols = [
-        ("host_tier_gib", "tier GiB"),
-        ("pressure_ratio", "pressure"),
-        ("host_coverage_tokens", "coverage"),
-        ("host_restore_tokens", "restored"),
-        (COMPUTED_PREFILL_TOKENS, "computed"),
-        ("host_write_tokens", "written"),
-    ]
-    click.echo("  ".join(f"{h:>14}" for _, h in cols))
-    for row in doc["tiers"]:
-        cells = [_tier(row[k]) if k == "host_tier_gib" else _fmt(row[k]) for k, _ in cols]
-        click.echo("  ".join(f"{c:>14}" for c in cells))
-    rng = doc.get("range")
-    if rng is None:
-        return
-    if "unavailable" in rng:  # --ranges asked for and not given: say why, as the JSON does
-        click.echo(f"ranges: unavailable: {rng['unavailable']}")
-        return
-    click.echo("ranges (low-high):")
-    for row in doc["tiers"]:
-        spans = [
-            f"{h} {_fmt(row[f'{k}_low'])}-{_fmt(row[f'{k}_high'])}"
-            for k, h in cols[3:]
-            if f"{k}_low" in row
-        ]
-        click.echo(f"  {_tier(row['host_tier_gib'])} GiB: " + ", ".join(spans))
-
-
-def _print_closed_form(doc: dict) -> None:
-    click.echo(f"working set {doc['working_set_gib']:.2f} GiB per rank")
-    for t, p in zip(doc["tiers_gib"], doc["pressure_ratio"], strict=True):
-        click.echo(f"  tier {t:g} GiB: pressure {_fmt(p)}")
-
-
-def _print_economics(doc: dict) -> None:
-    for hw in doc["hardware"]:
-        ratios = ", ".join(
-            f"{p['prefix_tokens']}: {p['offload_benefit_ratio']:.3f}" for p in hw["prefix"]
-        )
-        click.echo(
-            f"{hw['hardware']:>18}  compute/host byte {hw['compute_per_host_byte']:>9,.0f}  "
-            f"benefit by prefix {ratios}"
-        )
-
-
-def _print_sessions(doc: dict) -> None:
-    click.echo(
-        f"device holds {doc['device_sessions']} sessions, host {doc['host_sessions']}; "
-        f"prices: host copy {doc['prices']['host_copy_s']:.2f} s, "
-        f"recompute {doc['prices']['recompute_s']:.2f} s"
-    )
-    for r in doc["curve"]:
-        noun = "session " if r["sessions"] == 1 else "sessions"
-        click.echo(
-            f"  {r['sessions']:>3} {noun}: device {r['device_hit_rate']:.2f}  host "
-            f"{r['host_hit_rate']:.2f}  miss {r['miss_rate']:.2f}  mean turn {r['mean_turn_s']:.2f} s"
-        )
-
-
 @click.command(name="predict")
 @click.option("--closed-form", "closed_form", is_flag=True, help="Closed form (A-1)*N*beta.")
 @click.option("--economics", "economics", is_flag=True, help="Offload economics per hardware.")
@@ -423,7 +338,7 @@ def command(**o) -> None:
             mean = trace.prompt_tokens / max(1, len(trace))
             pool = _active_agents(pool, len(trace.tasks))
         doc = closed_form(pool, mean, bpt, tiers).to_dict()
-        _emit(doc, o["as_json"], o["out"], _print_closed_form)
+        _emit(doc, o["as_json"], o["out"], print_closed_form)
     elif mode == "economics":
         model = get_model(_require(o["model"], "--model", "--economics"))
         names = [h.strip() for h in (o["hardware"] or "").split(",") if h.strip()]
@@ -436,7 +351,7 @@ def command(**o) -> None:
             attention=True if o["attention"] is None else o["attention"],
         )
         doc = {"model": model.name, "tp": o["tp"], "hardware": [e.to_dict() for e in table]}
-        _emit(doc, o["as_json"], o["out"], _print_economics)
+        _emit(doc, o["as_json"], o["out"], print_economics)
     elif mode == "sessions":
         model = get_model(_require(o["model"], "--model", "--sessions"))
         hw = get_hardware(_require(o["hardware"], "--hardware", "--sessions"))
@@ -459,7 +374,7 @@ def command(**o) -> None:
             access=o["access"],
         )
         doc |= {"model_preset": model.name, "hardware": hw.name, "tp": o["tp"]}
-        _emit(doc, o["as_json"], o["out"], _print_sessions)
+        _emit(doc, o["as_json"], o["out"], print_sessions)
     else:
         _trace_mode(o, tiers)
 
@@ -524,12 +439,15 @@ def _active_agents(pool: int, tasks: int) -> int:
 def _saturation_note(trace, active: int, device_tokens: int) -> None:
     """The model looks up each call as if its blocks were free to stay: it neither pins a
     running call's blocks nor queues a call the device cannot fit, so where the prompts of the
-    `active` agents outgrow the device its hits come out high and its computed prefill low."""
-    mean = trace.prompt_tokens / max(1, len(trace))
-    in_flight = int(active * mean)
+    `active` agents outgrow the device its hits come out high and its computed prefill low.
+    Their 90th percentile, not their mean: a heavy tail of long prompts fills the device where
+    the mean does not (a claude-code trace at pool 2: mean 95K, p90 168K, against 218K)."""
+    lengths = [c.prompt_len for c in trace.calls]
+    p90 = float(np.percentile(lengths, 90)) if lengths else 0.0
+    in_flight = int(active * p90)
     if device_tokens and in_flight > device_tokens:
         click.echo(
-            f"replay: note: {active} agents' prompts (mean {mean:,.0f} tokens) can put about "
+            f"replay: note: {active} agents' prompts (p90 {p90:,.0f} tokens) can put about "
             f"{in_flight:,} tokens in flight against the device's {device_tokens:,}: the model "
             "does not pin running calls' blocks or queue admission, so where calls overlap that "
             "much it counts device hits high and computed prefill low (docs/model.md: the "
@@ -634,4 +552,4 @@ def _trace_mode(o: dict, tiers: list[float]) -> None:
         "hardware": o["hardware"],
         "tp": o["tp"],
     }
-    _emit(doc, o["as_json"], o["out"], _print_tiers)
+    _emit(doc, o["as_json"], o["out"], print_tiers)
