@@ -25,6 +25,7 @@ import contextlib
 import os
 import signal
 import socket
+import sys
 import threading
 import time
 import uuid
@@ -318,6 +319,7 @@ class _Head:
             p.repeat,
             str(self.exp_dir),
             self.token,
+            list(sys.argv),  # the run.json records the sweep's command, not the worker's
         )
         self.refs[ref] = p
         self.board.submitted(p.rel_dir)

@@ -76,6 +76,7 @@ def run_on_node(
     repeat: int,
     exp_dir: str,
     token: str,
+    head_argv: list[str] | None = None,
 ) -> dict[str, Any]:
     """The task: one run, through the same `run_one` as a local sweep. Returns the outcome, the
     node, and the run directory's files when the node does not share the results directory
@@ -96,7 +97,7 @@ def run_on_node(
         if problem is not None:
             return {"preflight": problem, "node": node}
         runner = SweepRunner(exp, force=True, results_root=root, echo=lambda s: None)
-        runner.trace, runner.node = trace, node
+        runner.trace, runner.node, runner.head_argv = trace, node, head_argv
         run_dir = runner.exp_dir / planned.rel_dir
         try:
             outcome = runner.run_one(planned)

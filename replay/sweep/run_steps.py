@@ -124,6 +124,9 @@ class RunSteps:
     exp: Experiment
     trace: Any  # replay.trace.model.Trace
     node: str  # recorded in each run.json's provenance
+    # the sweep's command line where it differs from this process's (a Ray worker's own argv
+    # is Ray's default_worker.py; the run is the `replay sweep` on the head)
+    head_argv: list[str] | None = None
 
     def _finish_run_json(self, run_dir: Path, planned: PlannedRun, engine: str, extra: dict) -> str:
         """Add the sweep's facts to run.json (written by the driver, or here if it never ran)."""
@@ -147,7 +150,10 @@ class RunSteps:
             doc.setdefault("provenance", {})
             doc["provenance"] = {**extra["provenance"], **(doc["provenance"] or {})}
         prov = doc.get("provenance")
-        doc["provenance"] = {**(prov if isinstance(prov, dict) else {}), "node": self.node}
+        prov = {**(prov if isinstance(prov, dict) else {}), "node": self.node}
+        if self.head_argv is not None:
+            prov["argv"] = self.head_argv
+        doc["provenance"] = prov
         write_json_atomic(run_dir / "run.json", doc)
         return str(doc.get("status"))
 

@@ -175,6 +175,10 @@ def test_ray_local_starts_its_own_ray_and_equals_the_sequential_sweep(tmp_path, 
         comparable(tmp_path / "res" / "own" / "summary.parquet"),
         comparable(sequential["sim-server"] / "summary.parquet"),
     )
+    # each run records the sweep's command, not the Ray worker's (default_worker.py ...)
+    argv = ["replay", "sweep", str(toml), "--ray", "local", "--results", str(tmp_path / "res")]
+    for run_json in (tmp_path / "res" / "own").glob("*/r*/run.json"):
+        assert orjson.loads(run_json.read_bytes())["provenance"]["argv"] == argv, run_json
 
 
 def test_a_run_start_recorded_on_a_worker_is_read_once_on_the_head():
