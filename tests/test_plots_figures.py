@@ -333,3 +333,15 @@ def test_prefill_figure_labels_at_most_a_dozen_of_many_tiers():
     ax = prefill_vs_tier(aggregate(runs, PARAMS, metrics), PARAMS, CTX).axes[0]
     labels = [t.get_text() for t in ax.get_xticklabels()]
     assert len(labels) == 50 and [x for x in labels if x] == [f"{t:g}" for t in tiers[::5]]
+
+
+def test_an_axis_of_single_runs_does_not_claim_an_interval():
+    # Figure 1 said "mean ± 95% CI" where every point was one run and no bar was drawn
+    assert "mean ± 95% CI" in makespan_vs_tier(_agg(), PARAMS, CTX).axes[0].get_ylabel()
+    single = _runs().groupby(PARAMS, as_index=False).head(1)
+    metrics = [c for c in single.columns if c not in (*PARAMS, "status")]
+    agg = aggregate(single, PARAMS, metrics)
+    label = makespan_vs_tier(agg, PARAMS, CTX).axes[0].get_ylabel()
+    assert label == "makespan (s), one run a point, no interval"
+    right = restores_writes_vs_tier(agg, PARAMS, CTX).axes[1]
+    assert [ln.get_label() for ln in right.get_lines() if ln.get_label() == "writes = restores"]

@@ -27,6 +27,7 @@ __all__ = [
     "save_figure",
     "series_label",
     "split_series",
+    "spread_label",
     "yerr",
 ]
 
@@ -128,6 +129,14 @@ def legend_outside(ax: Any, **kwargs: Any) -> None:
         fig.set_figwidth(fig.get_figwidth() + 1.8 * (ncol - 1))
         kwargs["ncol"] = ncol
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=7, **kwargs)
+
+
+def spread_label(agg: pd.DataFrame, metrics: Sequence[str]) -> str:
+    """What the bars of an axis are: "mean ± 95% CI" where some point of `metrics` has two or
+    more repeats, else "one run a point, no interval" (no bar is drawn for one repeat)."""
+    rows = agg[agg["metric"].isin(list(metrics))] if not agg.empty else agg
+    repeated = not rows.empty and "n" in rows.columns and bool((rows["n"] >= 2).any())
+    return "mean ± 95% CI" if repeated else "one run a point, no interval"
 
 
 def yerr(series: Series, metric: str) -> np.ndarray:

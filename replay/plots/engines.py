@@ -10,7 +10,7 @@ from matplotlib.figure import Figure
 
 from replay.analysis.aggregate import point_table
 from replay.counters import COMPUTED_PREFILL_TOKENS
-from replay.plots.common import FigureContext, new_figure, series_label
+from replay.plots.common import FigureContext, new_figure, series_label, spread_label
 
 __all__ = ["ENGINE_METRICS", "engine_comparison"]
 
@@ -80,7 +80,7 @@ def engine_comparison(
                 color=f"C{j % 10}",
             )
         ax.set_xticks(range(len(configs)), labels, rotation=30, ha="right", fontsize=7)
-        ax.set_ylabel(f"{ENGINE_METRICS.get(metric, metric)}, mean ± 95% CI")
+        ax.set_ylabel(f"{ENGINE_METRICS.get(metric, metric)}, {spread_label(agg, [metric])}")
         ax.grid(axis="y", alpha=0.3)
     axes[0].legend(fontsize=8, title=engine_param)
     return fig

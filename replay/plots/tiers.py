@@ -17,6 +17,7 @@ from replay.plots.common import (
     new_figure,
     series_label,
     split_series,
+    spread_label,
     yerr,
 )
 
@@ -55,7 +56,7 @@ def makespan_vs_tier(
             ws, color="0.3", linestyle=":", label="working set (predicted)" if i == 0 else None
         )
     ax.set_xlabel(TIER_LABEL)
-    ax.set_ylabel("makespan (s), mean ± 95% CI")
+    ax.set_ylabel(f"makespan (s), {spread_label(agg, ['makespan_s'])}")
     ax.set_ylim(bottom=0)
     ax.grid(alpha=0.3)
     legend_outside(ax)
@@ -177,10 +178,10 @@ def restores_writes_vs_tier(
                 label=s.label,
             )
     left.set_xlabel(TIER_LABEL)
-    left.set_ylabel("tokens, mean ± 95% CI")
+    left.set_ylabel(f"tokens, {spread_label(agg, ['host_restore_tokens', 'host_write_tokens'])}")
     left.grid(alpha=0.3)
     legend_outside(left)
-    right.axhline(1.0, color="0.5", linewidth=0.8)
+    right.axhline(1.0, color="0.5", linewidth=0.8, label="writes = restores")
     right.set_xlabel(TIER_LABEL)
     right.set_ylabel("write:read (host writes / host restores)")
     right.grid(alpha=0.3)
