@@ -284,6 +284,26 @@ def test_the_native_cpu_offload_counts_its_hits_as_host(vllm_release):
     assert "VLLM_USE_SIMPLE_KV_OFFLOAD" not in env
 
 
+def test_device_hits_and_computed_prompt_tokens_count_each_request_once(vllm_release):
+    """docs/simulator.md (Counters) says vLLM counts a request's device hits and computed prompt
+    tokens once, at its first scheduling, while the simulator's counters count each admission:
+    a preempted request's hits go to separate `preempted_*` fields that no exported counter
+    adds, and `local_compute` is a request's prompt less its cached tokens."""
+    stats = vllm_release.root / "vllm/v1/metrics/stats.py"
+    record = next(
+        n for n in ast.walk(parse(stats))
+        if isinstance(n, ast.FunctionDef) and n.name == "record"
+        and "preempted" in [a.arg for a in n.args.args]
+    )  # fmt: skip
+    body = ast.unparse(record)
+    early = body.index("if preempted:")
+    assert body.index("self.preempted_hits += num_hits") > early
+    assert body.index("return", early) < body.index("self.hits += num_hits")
+    assert "self.num_computed_tokens = num_prompt_tokens - num_cached_tokens" in stats.read_text()
+    loggers = (vllm_release.root / "vllm/v1/metrics/loggers.py").read_text()
+    assert "preempted_hits" not in loggers  # no exported counter adds them back
+
+
 def test_the_smallest_max_tokens_is_what_sampling_params_accepts(vllm_release):
     """The adapters ask a call recorded with 0 output tokens for `min_max_tokens`: the release's
     SamplingParams must refuse max_tokens below exactly that."""
