@@ -50,7 +50,9 @@ class ModelNotFound(BadRequest):
 
 
 def _error(status: int, message: str, param: str | None = None) -> web.Response:
-    kind = "invalid_request_error" if status < 500 else "internal_server_error"
+    # vLLM's error types (vllm/entrypoints/serve/exception_handling/error_response.py,
+    # create_error_response: BadRequestError by default; the model check's NotFoundError)
+    kind = "BadRequestError" if status < 500 else "InternalServerError"
     if status == 404:
         kind = "NotFoundError"
     body = {"error": {"message": message, "type": kind, "param": param, "code": status}}
@@ -81,7 +83,9 @@ def _int_field(body: dict, name: str, default: int, lo: int = 0) -> int:
     v = body.get(name)
     if v is None:  # absent or null: the default, as vLLM's protocol reads it
         return default
-    if isinstance(v, bool) or not isinstance(v, int) or v < lo:
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise BadRequest(f"`{name}` must be an integer", name)
+    if v < lo:
         raise BadRequest(f"`{name}` must be an integer >= {lo}", name)
     return v
 
@@ -90,7 +94,7 @@ def _bool_field(body: dict, name: str, default: bool = False) -> bool:
     v = body.get(name)
     if v is None:
         return default
-    if not isinstance(v, bool):  # "false" was read as true
+    if not isinstance(v, bool):  # stricter than vLLM's pydantic, which takes "false" and 0 too
         raise BadRequest(f"`{name}` must be true or false", name)
     return v
 
@@ -179,6 +183,30 @@ class SimServer:
             "sim_time_seconds": self.runner.clock.now(),
         }
 
+    def output_room(self, prompt_tokens: int, max_tokens: int) -> int:
+        """`max_tokens` as vLLM 0.33 serves it against `--max-model-len`: a prompt or a
+        max_tokens past the model's length alone is refused in vLLM's words
+        (`vllm/renderers/params.py`, TokenizeParams), and otherwise the output is cut to what the
+        model's length leaves (`vllm/entrypoints/serve/utils/api_utils.py`, get_max_tokens), so
+        the call answers with fewer tokens, `finish_reason` "length". The simulated device's
+        own limit stays a refusal (`check_lengths`)."""
+        n = self.engine.cfg.max_model_len
+        if max_tokens > n:
+            raise BadRequest(
+                f"max_tokens={max_tokens} cannot be greater than max_model_len={n}. "
+                "Please request fewer output tokens.", "max_tokens",
+            )  # fmt: skip
+        if prompt_tokens > n:
+            raise BadRequest(
+                f"This model's maximum context length is {n} tokens. However, your prompt "
+                f"contains {prompt_tokens} input tokens, which exceeds this limit even without "
+                "any output tokens. Please reduce the length of the input prompt.", "prompt",
+            )  # fmt: skip
+        room = min(max_tokens, n - prompt_tokens)
+        if room < 1:  # a prompt of exactly the model's length: SamplingParams refuses 0
+            raise BadRequest(f"max_tokens must be at least 1, got {room}.", "max_tokens")
+        return room
+
     def check_lengths(self, prompt_tokens: int, max_tokens: int) -> None:
         """Refuse a request that cannot fit the simulated device or model before anything of its
         size is allocated: its output ids alone would take 4 bytes a token, and the engine loop
@@ -200,7 +228,10 @@ class SimServer:
         if model is not None and not isinstance(model, str):
             raise BadRequest("`model` must be a string", "model")
         if model and model != self.served_model:  # vLLM: null or "" means the served model
-            raise ModelNotFound(f"The model `{model}` does not exist.", "model")
+            # vLLM's words: BaseServing._check_model (vllm/entrypoints/serve/engine/serving.py)
+            raise ModelNotFound(
+                f"The model `{model}` does not exist. Valid aliases: {self.served_model}.", "model"
+            )
         max_tokens = _int_field(body, "max_tokens", 16, lo=-(1 << 63))
         if max_tokens < 1:  # vLLM's words (SamplingParams._verify_args)
             raise BadRequest(f"max_tokens must be at least 1, got {max_tokens}.", "max_tokens")
@@ -208,9 +239,9 @@ class SimServer:
         raw = body["prompt"]
         if isinstance(raw, list) and raw and not isinstance(raw[0], list | str):
             try:  # before reading each id of a huge one
-                self.check_lengths(len(raw), max_tokens)
+                self.check_lengths(len(raw), self.output_room(len(raw), max_tokens))
             except BadRequest:
-                user = body.get("user", "-")
+                user = body.get("user") or "-"
                 if isinstance(user, str):  # a refused call still counts, as below
                     self._calls[user] = self._calls.get(user, 0) + 1
                 raise
@@ -226,7 +257,9 @@ class SimServer:
         n = body.get("n", 1)
         if n != 1:
             raise BadRequest("only n = 1 is supported", "n")
-        user = body.get("user", "-")
+        user = body.get("user")
+        if user is None:  # absent or null: vLLM's `user: str | None = None`
+            user = "-"
         if not isinstance(user, str):
             raise BadRequest("`user` must be a string", "user")
         forced = body.get("forced_output_ids")
@@ -246,7 +279,10 @@ class SimServer:
             )
         call = self._calls.get(user, 0)
         self._calls[user] = call + 1  # a refused call still counts: the next one is call + 1
+        max_tokens = self.output_room(len(prompt), max_tokens)
         self.check_lengths(len(prompt), max_tokens)
+        if forced is not None:
+            forced = forced[:max_tokens]  # cut with the output, as the engine would stop there
         if forced is None:
             forced = output_tokens(user, call, max_tokens, self.front.vocab_size)
         req = CompletionRequest(user, call, prompt, max_tokens, forced_output=forced)
@@ -284,6 +320,7 @@ def build_app(
 ) -> web.Application:
     """The aiohttp application; the engine loop starts with the app and stops with it."""
     srv = SimServer(config, served_model_name, vocab_size)
+    started = int(time.time())
     collector = SimCollector(srv.engine.counters, srv.gauges)
     app = web.Application(client_max_size=MAX_BODY_BYTES, middlewares=[_errors])
     app[SIM_SERVER] = srv  # for handlers and tests that hold only the app
@@ -303,18 +340,32 @@ def build_app(
     async def models(request: web.Request) -> web.Response:
         data = {
             "object": "list",
-            "data": [{"id": srv.served_model, "object": "model", "owned_by": "replay-sim"}],
+            "data": [
+                {  # vLLM's ModelCard fields (vllm/entrypoints/serve/engine/protocol.py)
+                    "id": srv.served_model,
+                    "object": "model",
+                    "created": started,
+                    "owned_by": "replay-sim",
+                    "root": srv.served_model,
+                    "parent": None,
+                    "max_model_len": config.max_model_len,
+                    "permission": [],
+                }
+            ],
         }
         return web.Response(body=orjson.dumps(data), content_type="application/json")
 
     async def health(request: web.Request) -> web.Response:
-        return web.Response(text="ok")
+        return web.Response()  # 200 and no body, as vLLM's /health
 
     async def version(request: web.Request) -> web.Response:
         # what vLLM answers too: a run's provenance names the engine's version for every engine
         from replay import __version__
 
-        return web.Response(body=orjson.dumps({"version": f"replay-sim {__version__}"}))
+        return web.Response(
+            body=orjson.dumps({"version": f"replay-sim {__version__}"}),
+            content_type="application/json",
+        )
 
     async def metrics(request: web.Request) -> web.Response:
         return web.Response(
@@ -324,7 +375,8 @@ def build_app(
     async def reset(request: web.Request) -> web.Response:
         srv.engine.reset_prefix_cache()
         srv.reset_calls()
-        return web.Response(body=orjson.dumps({"ok": True}), content_type="application/json")
+        # vLLM's answer (vllm/entrypoints/serve/dev/cache/api_router.py)
+        return web.Response(body=orjson.dumps({"success": True}), content_type="application/json")
 
     app.router.add_post("/v1/completions", completions)
     app.router.add_get("/v1/models", models)
@@ -338,6 +390,9 @@ def build_app(
 async def _completions(srv: SimServer, request: web.Request) -> web.StreamResponse:
     """POST /v1/completions: check the request, hand it to the engine, answer with one JSON
     object or an event stream once the engine has run it."""
+    # vLLM's check and words (vllm/entrypoints/serve/utils/api_utils.py, validate_json_request)
+    if request.content_type.lower() != "application/json":
+        raise BadRequest("Unsupported Media Type: Only 'application/json' is allowed")
     raw = await request.read()
     try:
         body = orjson.loads(raw)
@@ -354,7 +409,8 @@ async def _completions(srv: SimServer, request: web.Request) -> web.StreamRespon
         srv.runner.submit(seq)
     except RuntimeError as e:
         return _error(500, str(e))
-    rid = f"cmpl-{uuid.uuid4().hex[:24]}"
+    # vLLM's id: the X-Request-Id header's, else a random uuid (BaseServing._base_request_id)
+    rid = f"cmpl-{request.headers.get('X-Request-Id') or uuid.uuid4().hex}"
     created = int(time.time())
     head = {"id": rid, "object": "text_completion", "created": created, "model": opts["model"]}
     if not opts["stream"]:
@@ -377,6 +433,7 @@ async def _completions(srv: SimServer, request: web.Request) -> web.StreamRespon
 def _choice(ids: np.ndarray, finish: str | None, opts: dict) -> dict:
     c: dict[str, Any] = {"index": 0, "text": _text(ids), "logprobs": None}
     c["finish_reason"] = finish
+    c["stop_reason"] = None  # vLLM's choices carry it, null for a length stop
     if opts["token_ids"]:
         c["token_ids"] = [int(i) for i in ids]
     return c
@@ -406,7 +463,9 @@ async def _stream(
     try:
         await asyncio.wait([first, done], return_when=asyncio.FIRST_COMPLETED)
         sent = 0
-        if first.done() and len(out_ids):
+        # a one-token output is finished with its first token: vLLM sends it once, with its
+        # finish reason (below), not a token and then an empty chunk
+        if first.done() and len(out_ids) > 1:
             await send(dict(head, choices=[_choice(out_ids[:1], None, opts)]))
             sent = 1
         while not done.done():
