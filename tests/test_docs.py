@@ -13,7 +13,7 @@ DOCS = REPO / "docs"
 _LINK = re.compile(r"\]\(([^)#\s]+)(?:#[^)]*)?\)")
 # a design document kept outside the repository, or an issue number; split so this file passes
 _OUTSIDE = re.compile("DESIGN" + r"\.md|\b[Ii]ssue\s+#?\d+")
-# generated from replay/paper_data.py and replay/paper_text.py, which this test does read
+# generated from replay/studies/efficientagent (text.py, prose.py), which this test does read
 _GENERATED = {DOCS / "paper.md"}
 
 

@@ -89,7 +89,7 @@ Repeats: the simulator is deterministic for a given seed. paper-h20 and paper-pr
 `jitter = 0.05`: each repeat runs with its own engine seed (base seed + repeat index) and every
 planned stretch of engine steps lasts x (1 + 0.05 U(-1, 1)), so the two repeats differ the way
 runs on a real server do (in timing, and through timing in which prefixes survive) and the
-intervals and `real` / `within noise` verdicts measure that spread. The study's own spread (116-124 min at 40 GiB) is larger than
+intervals and `real` / `within noise` verdicts measure that spread. The study's own spread (115.9-124.0 min at 40 GiB) is larger than
 this noise model; the other paper-* files run one repeat (`n=1`) without jitter."""
 
 WHY = """\
@@ -131,7 +131,7 @@ Why some numbers differ (the simulator's assumptions, docs/simulator.md):
   "evicted anyway" when the distinct chunks referenced between its decline and its next lookup
   are at least the tier's capacity (LRU stack distance), or when it is never looked up again.
 - **Turn gap.** The study's turns are skewed: its 5 GiB makespan (209 min) over 4,427 calls of 16
-  agents is a mean turn of 45 s against a median of 9.0 s (5:1). Ours are not (about 1.1:1): the
+  agents is a mean turn of 45 s against a median of 9.0 s (5:1). Ours are not (about 1:1; 1.04 in an audit's paper-h20 runs at 5 GiB): the
   agents' own time is short, so the engine is saturated with recompute and a turn waits for about
   fifteen other prefills (the simulated H20 computes ~23K prompt tokens/s). Causes checked
   against published facts: the engine's per-step scheduling is the study's. Its release serves
@@ -166,7 +166,7 @@ Why some numbers differ (the simulator's assumptions, docs/simulator.md):
   only {prefix_speedup} slower. The study's 11.1x is its largest ("up to"), from settings the
   talk does not give; a device that holds the reuse working set (more GPU KV, or fewer agents)
   would gain far more, but the study's GPU KV size is not published, so none is assumed.
-- **Pool size.** With 8 agents the no-offload makespan shrinks by more than the study's 25%:
+- **Pool size.** With 8 agents the no-offload makespan shrinks by more than the study's 24.8%:
   with no tier the simulated engine is saturated with recompute at pool 16 (a turn waits for
   about 15 other prefills, see the workload timing), so halving the pool removes most of the
   queueing; and a 3 GiB tier removes only a small share of the recompute: the simulated 8-agent
@@ -185,7 +185,7 @@ Why some numbers differ (the simulator's assumptions, docs/simulator.md):
   loads, and looks up the host tier when admitted; the model's first-come-first-served queue
   with one prefill at a time catches only part of that wait, and {restore_error_10}.
 - **Noise.** Run-to-run variation comes only from the 5% service-time jitter, so it is smaller
-  than the study's (116-124 min at 40 GiB): a difference called `real` here may be within the
+  than the study's (115.9-124.0 min at 40 GiB): a difference called `real` here may be within the
   noise of a real server.
 - **Synthetic trace.** Same counts and reuse as the study's trace, but drawn from distributions,
   with occasional context edits (see Setup). The longest context is ~142K, not ~238K: with one
