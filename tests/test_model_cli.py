@@ -369,3 +369,16 @@ def test_the_in_flight_note_sees_a_heavy_tail_the_mean_hides(capsys, tmp_path):
     except SystemExit as e:
         assert e.code in (0, None)
     assert "does not pin running calls' blocks" in capsys.readouterr().err
+
+
+def test_no_pays_says_the_search_was_skipped_not_never(capsys, trace_file):
+    argv = ["predict", "--trace", str(trace_file), "--pool", "3", "--bytes-per-token", "1",
+            "--tiers-gib", "0,0.001", "--no-pays"]  # fmt: skip
+    try:
+        main(argv)
+    except SystemExit as e:
+        assert e.code in (0, None)
+    out = capsys.readouterr().out
+    assert "offload pays (restores >= writes) from: not searched (--no-pays)" in out
+    doc = ok_json(capsys, *argv, "--json")
+    assert doc["offload_pays_searched"] is False and doc["offload_pays_from_gib"] is None

@@ -48,10 +48,13 @@ def print_tiers(doc: dict) -> None:
         f"pool {doc['pool']}: working set {gib(doc['working_set_gib'])} GiB{hits}"
     )
     pays = doc.get("offload_pays_from_gib")
-    click.echo(
-        "offload pays (restores >= writes) from "
-        + ("never" if pays is None else f"{gib(pays)} GiB")
-    )
+    if doc.get("offload_pays_searched") is False:
+        click.echo("offload pays (restores >= writes) from: not searched (--no-pays)")
+    else:
+        click.echo(
+            "offload pays (restores >= writes) from "
+            + ("never" if pays is None else f"{gib(pays)} GiB")
+        )
     cols = [
         ("host_tier_gib", "tier GiB"),
         ("pressure_ratio", "pressure"),

@@ -172,6 +172,8 @@ def predict_tiers(
         "host_chunk_references": model.host_refs,
         "working_set_gib": ws / GIB,
         "offload_pays_from_gib": None if pays is None else pays * chunk_bytes / GIB,
+        # null above means "never" only when searched: --no-pays leaves it unsearched
+        "offload_pays_searched": offload_pays,
         "tiers": tiers,
     }
     if range_doc is not None:
