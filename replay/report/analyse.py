@@ -91,8 +91,9 @@ def fixed_tiers(runs: pd.DataFrame) -> pd.Series:
     def tier(provenance: object) -> float:
         options = provenance.get("engine_options") if isinstance(provenance, dict) else None
         value = options.get(TIER_PARAM) if isinstance(options, dict) else None
-        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-        return float(value) if ok else np.nan
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            return np.nan
+        return float(value)
 
     column = (
         runs["provenance"] if "provenance" in runs.columns else pd.Series(None, index=runs.index)
