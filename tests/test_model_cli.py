@@ -27,6 +27,17 @@ def ok_json(capsys, *argv):
     return orjson.loads(capsys.readouterr().out)
 
 
+def _sim_run(trace_file, run):
+    """A recorded run of `trace_file` on the simulator (pool 2), for --order run:DIR."""
+    ran = subprocess.run(
+        [sys.executable, "-m", "replay.cli.main", "run", "--trace", str(trace_file), "--pool",
+         "2", "--engine", "sim", "--device-kv-gib", "1", "--out", str(run), "--quiet"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert ran.returncode == 0, ran.stderr
+    return run
+
+
 @pytest.fixture(scope="module")
 def trace_file(tmp_path_factory):
     path = tmp_path_factory.mktemp("t") / "small.jsonl.gz"
@@ -229,13 +240,7 @@ def test_a_run_of_another_trace_is_refused_as_the_order(capsys, trace_file, tmp_
     a prediction for the run's calls under the other trace's name."""
     other = tmp_path / "other.jsonl.gz"
     write_trace(make_trace(agent_tasks(np.random.default_rng(6), 4, 5, head=20)), other)
-    run = tmp_path / "run"
-    ran = subprocess.run(
-        [sys.executable, "-m", "replay.cli.main", "run", "--trace", str(trace_file), "--pool",
-         "2", "--engine", "sim", "--device-kv-gib", "1", "--out", str(run), "--quiet"],
-        capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
-    assert ran.returncode == 0, ran.stderr
+    run = _sim_run(trace_file, tmp_path / "run")
     argv = ["predict", "--pool", "2", "--bytes-per-token", "1", "--order", f"run:{run}"]
     code, _, err = run_cli(capsys, *argv, "--trace", str(other))
     assert code == 2 and f"run:{run} replayed another trace" in err
@@ -330,13 +335,7 @@ def test_a_run_of_the_same_trace_stored_otherwise_or_generated_is_its_order(
 
     plain = tmp_path / "small.jsonl"
     plain.write_bytes(gzip.decompress(trace_file.read_bytes()))
-    run = tmp_path / "run"
-    ran = subprocess.run(
-        [sys.executable, "-m", "replay.cli.main", "run", "--trace", str(trace_file), "--pool",
-         "2", "--engine", "sim", "--device-kv-gib", "1", "--out", str(run), "--quiet"],
-        capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
-    assert ran.returncode == 0, ran.stderr
+    run = _sim_run(trace_file, tmp_path / "run")
     argv = ["predict", "--pool", "2", "--bytes-per-token", "1", "--order", f"run:{run}", "--json"]
     assert ok_json(capsys, *argv, "--trace", str(plain))["calls"] > 0  # the run's was gzip
     doc = orjson.loads((run / "run.json").read_bytes())
