@@ -77,7 +77,8 @@ def test_conditioned_helps_under_pressure_and_equals_plain_above(rows):
     assert by_key["cond_prefill_40"].verdict == "yes"
 
 
-def test_predictions_hold_far_from_the_transition(rows):
+def test_predictions_hold_far_from_the_transition_at_a_quarter_scale(rows):
+    # this 1/4-scale sweep only: at paper scale the 20 GiB range misses (docs/model.md, Ranges)
     by_key, h20 = rows
     pred = h20.prediction("computed_prefill_tokens", 20, admission="all")
     low = h20.prediction("computed_prefill_tokens_low", 20, admission="all")

@@ -35,7 +35,9 @@ RULE = (
     "of several values (the best tier, the smallest change), its note says which. Only the "
     "outcomes count in the score; the inputs (what the workload was calibrated to) and the "
     "self-consistency rows (our model against our own simulator, a point with no interval) are "
-    "shown, judged by the same rule, and not counted."
+    "shown, judged by the same rule, and not counted. An interval of two repeats is wide "
+    "(t = 12.7): a `yes` by overlap can also hold no change, so read each verdict with the "
+    "interval printed beside it."
 )
 
 YES, DIRECTION, NO = "yes", "direction", "no"
