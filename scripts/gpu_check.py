@@ -30,7 +30,7 @@ sys.path.insert(0, str(REPO))
 
 from replay.engines.preflight import visible_gpu_count  # noqa: E402  (after the path line)
 
-# 12 agents, ~70 calls, contexts up to 1.5K tokens (1 KiB of KV each); 6 agents at a time, 2
+# 12 agents, 61 calls, contexts up to 1.5K tokens (1 KiB of KV each); 6 agents at a time, 2
 # requests running: the 6 contexts (up to ~9K tokens) do not fit the 4K-token device tier, so
 # they are evicted between an agent's calls and come back, while the 2 running requests (up to
 # ~3.6K tokens with their outputs) always fit, so nothing is preempted (a preempted request is

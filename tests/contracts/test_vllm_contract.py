@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -302,6 +303,34 @@ def test_device_hits_and_computed_prompt_tokens_count_each_request_once(vllm_rel
     assert "self.num_computed_tokens = num_prompt_tokens - num_cached_tokens" in stats.read_text()
     loggers = (vllm_release.root / "vllm/v1/metrics/loggers.py").read_text()
     assert "preempted_hits" not in loggers  # no exported counter adds them back
+
+
+def test_the_cache_sizes_mean_what_the_adapter_writes(vllm_release):
+    """The adapter passes --kv-cache-memory-bytes and refuses gpu_memory_utilization beside it,
+    and writes --kv-offloading-size as host_tier_gib x tp (docs/engines.md): the release's
+    CacheConfig says the first ignores the second, and the offload size is the sum over ranks."""
+    cache = " ".join((vllm_release.root / "vllm/config/cache.py").read_text().split())
+    assert "Note that kv_cache_memory_bytes (when not-None) ignores gpu_memory_utilization" in cache
+    assert "When TP > 1, this is the total buffer size summed across all TP ranks." in cache
+
+
+def test_the_lmcache_connector_and_its_reset(vllm_release):
+    """`lmcache` points name the connector LMCacheConnectorV1 (registered under that name) and
+    have no cache reset: its reset_cache returns None, which the scheduler takes as done."""
+    factory = (
+        vllm_release.root / "vllm/distributed/kv_transfer/kv_connector/factory.py"
+    ).read_text()
+    assert re.search(r'register_connector\(\s*"LMCacheConnectorV1",', factory)
+    scheduler = (vllm_release.root / "vllm/v1/core/sched/scheduler.py").read_text()
+    assert "if self.connector.reset_cache() is False:" in scheduler
+
+
+def test_the_source_label_the_mapping_selects_by(vllm_release):
+    """map_counters reads device and host hits and computed prefill by the label `source`."""
+    loggers = (vllm_release.root / "vllm/v1/metrics/loggers.py").read_text()
+    for name in ("vllm:prompt_tokens_by_source", "vllm:prompt_tokens_cached_by_source"):
+        block = loggers[loggers.index(f'name="{name}"') :][:600]
+        assert 'labelnames=labelnames + ["source"]' in block, name
 
 
 def test_the_smallest_max_tokens_is_what_sampling_params_accepts(vllm_release):
