@@ -121,6 +121,51 @@ def arg_aliases(files: Iterable[Path]) -> set[str]:
     return out
 
 
+def _is_arg(node: ast.expr) -> bool:
+    return isinstance(node, ast.Call) and getattr(node.func, "id", "") == "Arg"
+
+
+def _is_text(node: ast.expr) -> bool:
+    return isinstance(node, ast.Constant) and isinstance(node.value, str)
+
+
+def arg_field_flags(files: Iterable[Path]) -> dict[str, str]:
+    """{flag: type text} of the dataclass fields SGLang turns into flags: those annotated
+    `Annotated[T, Arg(...)]` or `Annotated[T, "help"]` (`A` is its alias there), under
+    `Arg(cli_name=...)` or `--field-name`, leaving out `Arg(no_cli=True)`: what
+    `sglang/srt/arg_groups/arg_utils.py` (`_unwrap_annotated`, the `no_cli` skip) registers."""
+    out: dict[str, str] = {}
+    for path in files:
+        for cls in ast.walk(parse(path)):
+            if not isinstance(cls, ast.ClassDef):
+                continue
+            for stmt in cls.body:
+                if not (isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name)):
+                    continue
+                ann = stmt.annotation
+                if not (
+                    isinstance(ann, ast.Subscript)
+                    and getattr(ann.value, "id", "") in ("Annotated", "A")
+                ):
+                    continue
+                parts = ann.slice.elts if isinstance(ann.slice, ast.Tuple) else [ann.slice]
+                meta = next((p for p in parts[1:] if _is_arg(p) or _is_text(p)), None)
+                if meta is None:
+                    continue
+                kw = {k.arg: k.value for k in meta.keywords} if isinstance(meta, ast.Call) else {}
+                no_cli = kw.get("no_cli")
+                if isinstance(no_cli, ast.Constant) and no_cli.value is True:
+                    continue
+                name = kw.get("cli_name")
+                flag = (
+                    name.value
+                    if isinstance(name, ast.Constant) and isinstance(name.value, str)
+                    else "--" + stmt.target.id.replace("_", "-")
+                )
+                out.setdefault(flag, _annotation_type(parts[0]))
+    return out
+
+
 def string_constants(
     files: Iterable[Path], pattern: re.Pattern[str], contains: str = ""
 ) -> set[str]:

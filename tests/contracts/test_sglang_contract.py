@@ -21,6 +21,7 @@ from replay.driver.http_common import default_request_fields
 from replay.engines import sglang, sglang_forcing
 from tests.contracts.release import (
     arg_aliases,
+    arg_field_flags,
     argparse_flags,
     check_fields,
     check_flag_types,
@@ -55,7 +56,8 @@ NUMERIC_FLAGS = {
 
 def sglang_flags(root: Path) -> dict[str, str | None]:
     fields = py_files(root, "sglang/srt/arg_groups")
-    flags = {"--" + f.replace("_", "-"): t for f, t in dataclass_fields(fields).items()}
+    # only the fields its Arg metadata makes flags (no_cli ones and fields without Arg are not)
+    flags: dict[str, str | None] = dict(arg_field_flags(fields))
     for alias in arg_aliases(fields):
         flags.setdefault(alias, None)
     for flag, kind in argparse_flags([root / "sglang/srt/server_args.py", *fields]).items():
@@ -258,3 +260,17 @@ def test_the_labels_and_values_the_mapping_reads(sglang_release):
     assert 'KV = "kv"' in storage  # PoolName.KV, the pool label of the KV cache's transfers
     controller = (root / "managers/cache_controller.py").read_text()
     assert "return {PoolName.KV.value: len(op.device_indices)}" in controller
+
+
+def test_the_flag_reader_takes_only_the_fields_sglang_registers(tmp_path):
+    """A field SGLang keeps off the command line (`Arg(no_cli=True)`, or no Arg at all) is not a
+    flag, and `cli_name` renames one: the reader took every field as `--field-name`."""
+    src = tmp_path / "fields.py"
+    src.write_text(
+        "class F:\n"
+        '    plain: A[int, "help"] = 0\n'
+        "    hidden: A[int, Arg(no_cli=True)] = 0\n"
+        '    renamed: Annotated[float, Arg(cli_name="--other-name", help="h")] = 0.0\n'
+        "    bare: int = 0\n"
+    )
+    assert arg_field_flags([src]) == {"--plain": "int", "--other-name": "float"}
