@@ -460,3 +460,36 @@ def test_a_fit_that_leaves_no_time_for_the_costs_writes_nothing(tmp_path, capsys
     code, _, err = _run(["calibrate", str(results), *FIT, "-o", "c.toml"], capsys)
     assert code == 2 and "do not fit the cost model; nothing written" in err, err
     assert not (tmp_path / "c.toml").exists()
+
+
+def test_ctrl_c_during_a_simulation_stops_calibrate_and_keeps_the_old_costs(
+    tmp_path, capsys, monkeypatch
+):
+    # The driver takes Ctrl-C in a simulated run as "stop sending" and returns its totals so
+    # far: calibrate took those for the point's, exited 0 with wrong errors, and had already
+    # replaced -o with the new costs
+    import os
+    import signal
+
+    from replay.sim.transport import SimTransport
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "true.toml").write_text(costs_toml(TRUE))
+    exp = tmp_path / "calib.toml"
+    exp.write_text(EXPERIMENT.format(costs=tmp_path / "true.toml"))
+    assert _run(["sweep", str(exp)], capsys)[0] == 0
+    (tmp_path / "fitted.toml").write_text("# the costs of an earlier calibration\n")
+    real, calls = SimTransport.complete, []
+
+    async def complete(self, request):
+        calls.append(1)
+        if len(calls) == 3:
+            os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C during the first simulated point
+        return await real(self, request)
+
+    monkeypatch.setattr(SimTransport, "complete", complete)
+    argv = ["calibrate", "results/calib", "--fit", "host_tier_gib=0", "-o", "fitted.toml"]
+    code, out, err = _run(argv, capsys)
+    assert code == 130 and err.strip().endswith("interrupted"), (code, out, err)
+    assert (tmp_path / "fitted.toml").read_text() == "# the costs of an earlier calibration\n"
+    assert not list(tmp_path.glob("*.tmp")) and not list(tmp_path.glob(".fitted*"))

@@ -134,3 +134,33 @@ def test_overlapping_calls_do_not_see_each_others_unwritten_chunks():
 def test_schedule_rejects_times_out_of_order():
     with pytest.raises(ConfigError):
         Schedule([("a", 0)], np.array([2.0]), np.array([1.0]), np.array([3.0]))
+
+
+@pytest.mark.parametrize("kernel", ["_host_kernel", "_device_kernel"])
+def test_ctrl_c_during_a_kernel_is_raised_after_it_returns(monkeypatch, kernel):
+    # a SIGINT that came while numba handed the kernel's arrays back ended predict with a
+    # SystemError traceback or a segfault (numba #2324): the signal now waits for the return
+    import os
+    import signal
+
+    from replay.model import lru_events
+
+    real = getattr(lru_events, kernel)
+    returned = []
+
+    def kernel_hit_by_ctrl_c(*args):
+        os.kill(os.getpid(), signal.SIGINT)  # delivered while the "kernel" runs
+        out = real(*args)
+        returned.append(True)
+        return out
+
+    monkeypatch.setattr(lru_events, kernel, kernel_hit_by_ctrl_c)
+    keys = np.array([1, 2, 1, 2], np.int64)
+    offsets = np.array([0, 2, 4], np.int64)
+    schedule = Schedule.sequential([("a", 0), ("b", 0)])
+    with pytest.raises(KeyboardInterrupt):
+        if kernel == "_host_kernel":
+            host_pass(keys, offsets, schedule, 4)
+        else:
+            device_pass(keys, offsets, schedule, 4, np.array([2, 2]), np.array([2, 2]))
+    assert returned == [True]  # the kernel ran to its end first

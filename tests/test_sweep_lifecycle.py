@@ -121,7 +121,7 @@ def test_a_signal_while_stopping_kills_the_server_then_interrupts(tmp_path):
     import signal
     import threading
 
-    from replay.sweep.signals import interrupts_deferred
+    from replay.signals import interrupts_deferred
 
     port = free_port()
     child_file = tmp_path / "child"
@@ -152,7 +152,7 @@ def test_a_signal_while_stopping_kills_the_server_then_interrupts(tmp_path):
 def test_sigterm_and_sighup_stop_a_sweep_as_ctrl_c(sig):
     import signal
 
-    from replay.sweep.signals import sigterm_as_interrupt
+    from replay.signals import sigterm_as_interrupt
 
     with pytest.raises(KeyboardInterrupt), sigterm_as_interrupt():
         signal.raise_signal(getattr(signal, sig))
@@ -164,7 +164,7 @@ def test_an_ignored_hangup_stays_ignored():
     """`nohup replay sweep ...`: SIGHUP ignored before the sweep stays ignored during it."""
     import signal
 
-    from replay.sweep.signals import sigterm_as_interrupt
+    from replay.signals import sigterm_as_interrupt
 
     previous = signal.signal(signal.SIGHUP, signal.SIG_IGN)
     try:

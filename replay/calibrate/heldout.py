@@ -20,6 +20,7 @@ and one simulated order is one draw of it, not its mean.
 
 from __future__ import annotations
 
+import os
 import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -40,6 +41,8 @@ from replay.counters import COMPUTED_PREFILL_TOKENS
 from replay.errors import ConfigError
 from replay.model.presets import GIB
 from replay.sim.fitted_cost import FittedCosts, costs_toml
+from replay.status import RunStatus
+from replay.sweep.results import ResultsWriteError, write_bytes_atomic
 
 __all__ = ["calibrate", "sim_options_for", "servers_for"]
 
@@ -181,6 +184,10 @@ def _simulate(results: ResultsDir, trace: Any, engine: str, sim_kw: dict, run: d
             virtual=True,
             counters_fn=lambda: box["t"].counters(),
         )
+    if summary.get("status") == RunStatus.INTERRUPTED:
+        # Ctrl-C (or SIGTERM) during a simulated run: the driver stopped it and returned, and
+        # its truncated totals were taken for the point's, with exit 0 and no word
+        raise KeyboardInterrupt
     return summary
 
 
@@ -347,58 +354,67 @@ def calibrate(
         else None,
         "load_average_1m_range": [min(loads), max(loads)] if loads else None,
     }
+    text = costs_toml(fit.costs, provenance)
+    # The simulations read the costs from a file of their own; -o gets them once every point
+    # has run, so a Ctrl-C half way leaves an earlier -o as it was (it was replaced at once)
+    fd, sim_costs = tempfile.mkstemp(prefix="replay-calibrate-costs-", suffix=".toml")
     try:
-        costs_file.write_text(costs_toml(fit.costs, provenance), encoding="utf-8")
-    except OSError as e:
-        raise ConfigError(
-            "calibrate", "-o", f"cannot write {str(costs_file)!r}: {e.strerror or e}"
-        ) from None
-    report: dict[str, Any] = {
-        "engine": engine,
-        "costs": fit.costs.to_dict(),
-        "residuals": fit.summary(),
-        "per_run_speed": per_run_speed,
-        "orders": orders,
-        "runs": run_rows,
-        "fit": [],
-        "heldout": [],
-    }
-    speeds = {(r["point"], r["run"]): r["speed"] for r in run_rows}
-    for name, pr in results.points.items():
-        _, options, run = resolved[name]
-        meas = measured[name]
-        if not meas:
-            report["heldout" if name not in fit_points else "fit"].append(
-                {"point": name, "runs": 0, "skipped": "no finished (ok) run"}
-            )
-            continue
-        kw = sim_options_for(results, engine, options, str(costs_file))
-        sim = _simulate_point(results, trace, engine, kw, run, orders)
-        hit_sim = _hit_fraction(sim.get("device_hit_tokens"), sim.get("prompt_tokens"))
-        hit_meas = _hit_fraction(meas.get("device_hit_tokens"), meas.get("prompt_tokens"))
-        row = {
-            "point": name,
-            "runs": len(pr.run_dirs),
-            "makespan_error": _err(sim.get("makespan_s"), meas.get("makespan_s")),
-            "ttft_p50_error": _err(sim.get("ttft_p50_s"), meas.get("ttft_p50_s")),
-            "computed_prefill_error": _err(
-                sim.get(COMPUTED_PREFILL_TOKENS), meas.get(COMPUTED_PREFILL_TOKENS)
-            ),
-            "restores_error": _err(sim.get("host_restore_tokens"), meas.get("host_restore_tokens")),
-            "device_hit_fraction_error": None
-            if hit_sim is None or hit_meas is None
-            else hit_sim - hit_meas,
-            "simulated": {k: sim.get(k) for k in meas},
-            "simulated_range": {k: sim["spread"].get(k) for k in meas},
-            "measured": meas,
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        report: dict[str, Any] = {
+            "engine": engine,
+            "costs": fit.costs.to_dict(),
+            "residuals": fit.summary(),
+            "per_run_speed": per_run_speed,
+            "orders": orders,
+            "runs": run_rows,
+            "fit": [],
+            "heldout": [],
         }
-        if per_run_speed:
-            row.update(
-                _at_run_speed(
-                    results, trace, engine, options, run, pr, fit.costs, speeds, meas, orders
+        speeds = {(r["point"], r["run"]): r["speed"] for r in run_rows}
+        for name, pr in results.points.items():
+            _, options, run = resolved[name]
+            meas = measured[name]
+            if not meas:
+                report["heldout" if name not in fit_points else "fit"].append(
+                    {"point": name, "runs": 0, "skipped": "no finished (ok) run"}
                 )
-            )
-        report["fit" if name in fit_points else "heldout"].append(row)
+                continue
+            kw = sim_options_for(results, engine, options, sim_costs)
+            sim = _simulate_point(results, trace, engine, kw, run, orders)
+            hit_sim = _hit_fraction(sim.get("device_hit_tokens"), sim.get("prompt_tokens"))
+            hit_meas = _hit_fraction(meas.get("device_hit_tokens"), meas.get("prompt_tokens"))
+            row = {
+                "point": name,
+                "runs": len(pr.run_dirs),
+                "makespan_error": _err(sim.get("makespan_s"), meas.get("makespan_s")),
+                "ttft_p50_error": _err(sim.get("ttft_p50_s"), meas.get("ttft_p50_s")),
+                "computed_prefill_error": _err(
+                    sim.get(COMPUTED_PREFILL_TOKENS), meas.get(COMPUTED_PREFILL_TOKENS)
+                ),
+                "restores_error": _err(
+                    sim.get("host_restore_tokens"), meas.get("host_restore_tokens")
+                ),
+                "device_hit_fraction_error": None
+                if hit_sim is None or hit_meas is None
+                else hit_sim - hit_meas,
+                "simulated": {k: sim.get(k) for k in meas},
+                "simulated_range": {k: sim["spread"].get(k) for k in meas},
+                "measured": meas,
+            }
+            if per_run_speed:
+                row.update(
+                    _at_run_speed(
+                        results, trace, engine, options, run, pr, fit.costs, speeds, meas, orders
+                    )
+                )
+            report["fit" if name in fit_points else "heldout"].append(row)
+    finally:
+        Path(sim_costs).unlink(missing_ok=True)
+    try:
+        write_bytes_atomic(costs_file, text.encode())
+    except ResultsWriteError as e:
+        raise ConfigError("calibrate", "-o", str(e)) from None
     return report
 
 

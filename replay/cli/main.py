@@ -68,9 +68,14 @@ def cli() -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Run the CLI; project errors print one line (no traceback) and set the exit code."""
+    """Run the CLI; project errors print one line (no traceback) and set the exit code.
+    SIGTERM and SIGHUP stop every command as Ctrl-C does (exit 130, its cleanup run): they ended
+    a trace command with no word and its temporary file left beside -o."""
+    from replay.signals import sigterm_as_interrupt
+
     try:
-        rc = cli.main(args=argv, prog_name="replay", standalone_mode=False)
+        with sigterm_as_interrupt():
+            rc = cli.main(args=argv, prog_name="replay", standalone_mode=False)
     except click.exceptions.Exit as e:
         sys.exit(e.exit_code)
     except click.UsageError as e:

@@ -24,6 +24,7 @@ import numpy as np
 
 from replay.model.order import END, LOOKUP, PREFILL_DONE, Schedule
 from replay.model.stackdist import _check, _compact, _prefix, _store
+from replay.signals import interrupts_deferred
 
 __all__ = ["host_pass", "device_pass"]
 
@@ -40,7 +41,8 @@ def host_pass(
     """Per call (schedule order): chunks in the unbroken present run at lookup, chunks written."""
     keys, offsets, n_keys = _check(keys, offsets)
     calls, kinds = _events(schedule, offsets)
-    return _host_kernel(keys, offsets, calls, kinds, n_keys, capacity)
+    with interrupts_deferred():  # a signal inside numba's return crashed the process (below)
+        return _host_kernel(keys, offsets, calls, kinds, n_keys, capacity)
 
 
 def device_pass(
@@ -56,7 +58,10 @@ def device_pass(
     calls, kinds = _events(schedule, offsets)
     prompt_blocks = np.ascontiguousarray(prompt_blocks, dtype=np.int64)
     matchable = np.minimum(np.ascontiguousarray(matchable, dtype=np.int64), prompt_blocks)
-    return _device_kernel(keys, offsets, calls, kinds, n_keys, capacity, prompt_blocks, matchable)
+    with interrupts_deferred():
+        return _device_kernel(
+            keys, offsets, calls, kinds, n_keys, capacity, prompt_blocks, matchable
+        )
 
 
 @numba.njit(cache=True, nogil=True)

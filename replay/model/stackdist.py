@@ -15,6 +15,8 @@ from __future__ import annotations
 import numba
 import numpy as np
 
+from replay.signals import interrupts_deferred
+
 __all__ = [
     "COLD",
     "stack_distances",
@@ -61,7 +63,10 @@ def stack_distances(
     if offsets is None:
         offsets = per_reference_offsets(len(keys))
     keys, offsets, n_keys = _check(keys, offsets)
-    return _kernel(keys, offsets, n_keys, reverse_updates)
+    # Ctrl-C waits for the kernel's end: raised while numba hands its arrays back, it left
+    # "SystemError: ... returned a result with an exception set", or a segfault (numba #2324)
+    with interrupts_deferred():
+        return _kernel(keys, offsets, n_keys, reverse_updates)
 
 
 @numba.njit(cache=True, nogil=True)

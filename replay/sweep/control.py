@@ -1,5 +1,5 @@
 """Control-plane calls a sweep makes besides the replay: warm-up requests and a checked cache
-reset. (Its signals: `replay.sweep.signals`.)"""
+reset. (Its signals: `replay.signals`.)"""
 
 from __future__ import annotations
 

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from replay.errors import ConfigError
+from replay.signals import interrupts_deferred
 from replay.status import RunStatus
 from replay.sweep.cluster_plan import Board, run_resources
 from replay.sweep.config import Experiment
@@ -49,7 +50,6 @@ from replay.sweep.results import (
 )
 from replay.sweep.run_steps import placeholder
 from replay.sweep.runner import RunOutcome, SweepRunner, outcome_line
-from replay.sweep.signals import interrupts_deferred
 
 __all__ = ["RayExecute", "ray_executor", "require_ray", "start_local", "INSTALL_HINT"]
 

@@ -223,7 +223,7 @@ class RunSteps:
                 st.reason = "interrupted before the replay finished"
             raise
         finally:
-            from replay.sweep.signals import interrupts_deferred
+            from replay.signals import interrupts_deferred
 
             # a signal now cuts the stop's grace short and is raised once the run is recorded
             with interrupts_deferred(on_signal=st.hurry):

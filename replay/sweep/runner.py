@@ -157,7 +157,7 @@ class SweepRunner(RunSteps):
     def run(self, execute: Execute | None = None) -> SweepResult:
         """Prepare the results directory, run the planned runs with `execute` (default: one
         after another here; the Ray backend spreads them over a cluster), write the summary."""
-        from replay.sweep.signals import sigterm_as_interrupt
+        from replay.signals import sigterm_as_interrupt
 
         # SIGTERM or SIGHUP during the preparation too stops as Ctrl-C does (exit 130, said).
         # A backend's session (Ray's connection) opens before the results folder changes: a
@@ -232,7 +232,7 @@ class SweepRunner(RunSteps):
         except KeyboardInterrupt:
             interrupted = True
         finally:
-            from replay.sweep.signals import interrupts_deferred
+            from replay.signals import interrupts_deferred
 
             try:
                 # a signal here is raised once both files are written: stopped half way, the

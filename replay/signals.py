@@ -1,4 +1,4 @@
-"""How a sweep takes the signals that stop it: SIGTERM and SIGHUP as Ctrl-C, and none of them in
+"""How the harness takes the signals that stop it: SIGTERM and SIGHUP as Ctrl-C, and none of them in
 the middle of stopping a server and recording its run.
 
 A sweep's `finally` blocks stop the server it launched. SIGTERM (a scheduler, `kill`) and SIGHUP
