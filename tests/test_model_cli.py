@@ -381,3 +381,14 @@ def test_no_pays_says_the_search_was_skipped_not_never(capsys, trace_file):
     assert "offload pays (restores >= writes) from: not searched (--no-pays)" in out
     doc = ok_json(capsys, *argv, "--json")
     assert doc["offload_pays_searched"] is False and doc["offload_pays_from_gib"] is None
+
+
+def test_an_output_inside_the_run_it_reads_is_refused(capsys, trace_file, tmp_path):
+    # `predict --order run:DIR -o DIR/run.json` replaced the run with the prediction
+    run = _sim_run(trace_file, tmp_path / "run")
+    before = (run / "run.json").read_bytes()
+    argv = ["predict", "--trace", str(trace_file), "--pool", "2", "--bytes-per-token", "1",
+            "--order", f"run:{run}", "-o", str(run / "run.json")]  # fmt: skip
+    code, _, err = run_cli(capsys, *argv)
+    assert code == 2 and "which this command reads" in err, err
+    assert (run / "run.json").read_bytes() == before

@@ -192,3 +192,17 @@ def test_a_fixed_tier_is_compared_with_its_prediction(trace_file, tmp_path):  # 
     shown = measured["computed_prefill_tokens"].split(" [")[0]
     scale = {"K": 1e3, "M": 1e6}.get(shown[-1], 1.0)
     assert math.isclose(float(shown.rstrip("KM")) * scale, mean, rel_tol=5e-3)
+
+
+def test_a_csv_inside_a_compared_side_is_refused(trace_file, tmp_path):  # noqa: F811
+    # `compare --csv A/r0/run.json` replaced the run it compared with the table
+    a = tmp_path / "a"
+    assert _repeated(trace_file, a, "--repeats", "2").returncode == 0
+    run_json = a / "default" / "r0" / "run.json"
+    before = run_json.read_bytes()
+    for target in (run_json, a / "summary.csv", a / "default" / "new.csv"):
+        cp = _replay("compare", str(a), str(a), "--csv", str(target))
+        assert cp.returncode == 2 and "which this command reads" in cp.stderr, cp.stderr
+    assert run_json.read_bytes() == before
+    cp = _replay("compare", str(a), str(a), "--csv", str(tmp_path / "c.csv"))
+    assert cp.returncode == 0 and (tmp_path / "c.csv").read_text().startswith("metric")

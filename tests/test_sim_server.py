@@ -541,3 +541,23 @@ def test_a_given_vocabulary_refuses_ids_past_it_as_vllm_does():
     assert body["error"]["param"] == "prompt"
     assert asyncio.run(post(1000, [5, 999, 7]))[0] == 200
     assert asyncio.run(post(None, [5, 10**6]))[0] == 200
+
+
+def test_sighup_stops_the_server_as_sigterm_does(tmp_path):
+    # a closed terminal killed it with its ready file left, naming a dead port
+    ready = tmp_path / "port"
+    argv = [sys.executable, "-m", "replay.cli.main", "sim", "serve", "--port", "0",
+            "--ready-file", str(ready), "--device-kv-gib", "0.5"]  # fmt: skip
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 60
+        while not (ready.exists() and ready.read_text().strip()):
+            assert proc.poll() is None and time.monotonic() < deadline
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGHUP)
+        assert proc.wait(20) == 0
+        assert not ready.exists()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import click
 
+from replay.cli.out_file import check_outside, check_plain_file
 from replay.errors import ConfigError
 
 __all__ = ["command", "load_side", "format_comparison"]
@@ -96,6 +97,12 @@ def command(a: str, b: str, alpha: float, csv_out: str | None) -> None:
         raise ConfigError("compare", "--alpha", f"must be between 0 and 1, got {alpha}")
     from replay.analysis.trace_ids import short_shas, traces_of
 
+    if csv_out:
+        check_plain_file(csv_out, "compare", "--csv")
+        check_outside(csv_out, [a, b], "compare", "--csv")
+        if not Path(csv_out).parent.is_dir():
+            why = f"no such directory {str(Path(csv_out).parent)!r}"
+            raise ConfigError("compare", "--csv", f"cannot write {csv_out!r}: {why}")
     side_a, side_b = load_side(a), load_side(b)
     traces_a, traces_b = traces_of(side_a.get("run_dir", [])), traces_of(side_b.get("run_dir", []))
     if traces_a and traces_b and traces_a != traces_b:
@@ -109,10 +116,9 @@ def command(a: str, b: str, alpha: float, csv_out: str | None) -> None:
     if table.empty:
         raise ConfigError("compare", None, "the two sides have no measured number in common")
     if csv_out:  # first: a path that cannot be written fails before the table is shown
-        try:
-            table.to_csv(csv_out, index=False)
-        except OSError as e:
-            why = e.strerror or str(e)
-            raise ConfigError("compare", "--csv", f"cannot write {csv_out!r}: {why}") from None
+        from replay.sweep.results import write_bytes_atomic
+
+        # whole or not at all: on a full disk a plain write left a truncated CSV under its name
+        write_bytes_atomic(Path(csv_out), table.to_csv(index=False).encode())
     for line in format_comparison(table, a, b, alpha):
         click.echo(line)

@@ -31,3 +31,17 @@ def check_plain_file(out: str | Path, where: str, flag: str) -> None:
             f"{str(out)!r} is not a regular file (a device, FIFO or socket): the write would "
             "replace it with a file; give a file name",
         )  # fmt: skip
+
+
+def check_outside(out: str | Path, inputs: list[str | Path], where: str, flag: str) -> None:
+    """Refuse an `out` inside one of the `inputs` (results it reads): `compare --csv
+    A/r0/run.json` replaced the run it compared, and the report then found it unreadable."""
+    target = Path(out).resolve()
+    for src in inputs:
+        folder = Path(src).resolve()
+        if target == folder or folder in target.parents:
+            raise ConfigError(
+                where, flag,
+                f"{str(out)!r} is inside {str(src)!r}, which this command reads: writing it "
+                "would replace results; give a file elsewhere",
+            )  # fmt: skip

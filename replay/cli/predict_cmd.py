@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import math
-import os
 import sys
-import tempfile
 from pathlib import Path
 
 import click
@@ -13,7 +11,7 @@ import numpy as np
 import orjson
 from click.core import ParameterSource
 
-from replay.cli.out_file import check_plain_file
+from replay.cli.out_file import check_outside, check_plain_file
 from replay.cli.predict_print import (
     print_closed_form,
     print_economics,
@@ -21,7 +19,6 @@ from replay.cli.predict_print import (
     print_tiers,
 )
 from replay.driver.options import MAX_GAP_SCALE, TIMINGS
-from replay.driver.records import chmod_by_umask
 from replay.errors import ConfigError
 from replay.model.closed_form import closed_form
 from replay.model.economics import economics_table
@@ -179,13 +176,10 @@ def _bytes_per_token(bytes_per_token: float | None, model: str | None, tp: int, 
 def _emit(doc: dict, as_json: bool, out: str | None, human) -> None:
     text = orjson.dumps(doc, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY)
     if out:
-        path = Path(out)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
-        chmod_by_umask(fd)  # mkstemp makes 0600; a prediction is shared like any file written
-        with os.fdopen(fd, "wb") as f:
-            f.write(text + b"\n")
-        os.replace(tmp, path)
+        from replay.sweep.results import write_bytes_atomic
+
+        # its temp file goes on a failed write (a full disk left one), the error names -o
+        write_bytes_atomic(Path(out), text + b"\n")
     if as_json:
         sys.stdout.write(text.decode() + "\n")
     else:
@@ -317,6 +311,8 @@ def command(**o) -> None:
         )
     if o["out"]:
         check_plain_file(o["out"], WHERE, "-o")
+        if o["order"].startswith("run:") and o["order"][4:]:
+            check_outside(o["out"], [o["order"][4:]], WHERE, "-o")  # the run it reads
     tiers = _numbers(float, o["tiers_gib"], "--tiers-gib")
     sizes = [*((t, "--tiers-gib") for t in tiers), (o["device_gib"], "--device-gib")]
     if o.get("host_gib") is not None:

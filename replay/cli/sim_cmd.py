@@ -54,7 +54,9 @@ def serve_cmd(
     async def main() -> None:
         task = asyncio.current_task()
         loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
+        # a graceful stop (ready file removed, port freed, exit 0, as servers stop on SIGTERM);
+        # SIGHUP (a closed terminal) too: it killed the server with its ready file left behind
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             loop.add_signal_handler(sig, task.cancel)  # type: ignore[union-attr]
         try:
             await serve(config, host, port, ready_file, served_model_name, vocab_size)

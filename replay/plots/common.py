@@ -67,8 +67,16 @@ def save_figure(
     for fmt in formats:
         path = out_dir / f"{stem}.{fmt}"
         tmp = out_dir / f".{stem}.{fmt}.tmp"
-        fig.savefig(tmp, format=fmt, dpi=120)
-        tmp.replace(path)
+        try:
+            fig.savefig(tmp, format=fmt, dpi=120)
+            tmp.replace(path)
+        except BaseException as e:  # a full disk or Ctrl-C: no partial figure left beside
+            tmp.unlink(missing_ok=True)
+            if isinstance(e, OSError):
+                from replay.sweep.results import ResultsWriteError
+
+                raise ResultsWriteError(f"{path}: cannot write: {e.strerror or e}") from None
+            raise
         paths.append(path)
         # The layout is solved by the first save; keep it rather than solving it again per format.
         fig.set_layout_engine("none")

@@ -161,6 +161,7 @@ def write_report(
 
 
 def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.parent / f".{path.name}.tmp"
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(path)
+    from replay.sweep.results import write_bytes_atomic
+
+    # a failed write (a full disk) leaves no temp file and names the file it meant
+    write_bytes_atomic(path, text.encode("utf-8"))
