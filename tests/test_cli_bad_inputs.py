@@ -678,3 +678,36 @@ def test_an_output_that_is_a_fifo_or_a_link_is_left_as_it_was(tmp_path):
             r = run_one(str(tmp_path), [*argv, str(out)])
             assert r["code"] == 2 and where in r["err"] and why in r["err"], r
     assert fifo.is_fifo() and link.is_symlink() and aim.read_bytes() == b"kept"
+
+
+def test_a_full_disk_under_a_trace_output_is_the_machines_fault_exit_1(
+    tmp_path, monkeypatch, capsys
+):
+    # main() documents exit 1 for a full disk; the trace commands said 2, as for bad input
+    import errno
+
+    import replay.trace.io as trace_io
+    from replay.cli.main import main
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(trace_io, "write_trace", full)
+    out = tmp_path / "t.jsonl.gz"
+    with pytest.raises(SystemExit) as e:
+        main(
+            [
+                "trace",
+                "synth",
+                "--preset",
+                "swe-agent",
+                "--tasks",
+                "2",
+                "--seed",
+                "1",
+                "-o",
+                str(out),
+            ]
+        )
+    err = capsys.readouterr().err
+    assert e.value.code == 1 and "No space left on device" in err and "-o" in err, err

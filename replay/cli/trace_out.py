@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -39,6 +40,10 @@ def check_out(out: str, cmd: str, sources: Iterable[str] = ()) -> None:
             )  # fmt: skip
 
 
+# a full disk, a quota, an I/O error: exit 1 as main() documents, not 2 (bad input)
+_MACHINE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EIO)
+
+
 def write_out(trace: object, out: str, cmd: str) -> None:
     """write_trace with an unwritable place (no such directory, /proc, read-only) as one line,
     and the written bytes read back first: what the reader would refuse is a TraceError naming
@@ -49,4 +54,8 @@ def write_out(trace: object, out: str, cmd: str) -> None:
         write_trace(trace, out, verify=True)  # type: ignore[arg-type]
     except OSError as e:
         why = e.strerror or str(e)
+        if e.errno in _MACHINE_ERRNOS:  # the machine's fault, not the input's: exit 1
+            from replay.sweep.results import ResultsWriteError
+
+            raise ResultsWriteError(f"trace {cmd}: -o: cannot write {out!r}: {why}") from None
         raise ConfigError(f"trace {cmd}", "-o", f"cannot write {out!r}: {why}") from None
