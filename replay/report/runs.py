@@ -15,7 +15,7 @@ from replay.analysis.compare import (
     missing_baselines,
 )
 from replay.analysis.load import load_calls
-from replay.analysis.words import comparison_sentence
+from replay.analysis.words import comparison_sentence, fmt_point
 from replay.report.analyse import Analysis
 from replay.report.markdown import count, md_table, plain, text
 
@@ -115,15 +115,9 @@ def _unfinished_points(a: Analysis) -> list[str]:
     if len(points) < 2:
         return []
 
-    def key(values: object) -> tuple[str, ...]:
-        return tuple(plain(v) for v in values)  # type: ignore[attr-defined]
-
-    done = {key(r) for r in a.ok[cols].itertuples(index=False)} if not a.ok.empty else set()
-    return [
-        ", ".join(f"{k}={plain(v)}" for k, v in zip(cols, row, strict=True))
-        for row in points.itertuples(index=False)
-        if key(row) not in done
-    ]
+    done = {fmt_point(dict(zip(cols, r, strict=True))) for r in a.ok[cols].itertuples(index=False)}
+    every = (fmt_point(dict(zip(cols, r, strict=True))) for r in points.itertuples(index=False))
+    return [point for point in every if point not in done]
 
 
 def _not_compared(a: Analysis, factor: str, baseline: object) -> list[str]:
@@ -131,9 +125,7 @@ def _not_compared(a: Analysis, factor: str, baseline: object) -> list[str]:
     gaps = missing_baselines(a.ok, a.params, factor, baseline, a.design)
     if not gaps:
         return []
-    where = "; ".join(
-        ", ".join(f"{k}={plain(v)}" for k, v in at.items()) or "every setting" for at in gaps
-    )
+    where = "; ".join(fmt_point(at) or "every setting" for at in gaps)
     return [
         f"- Not compared, since no {factor}={plain(baseline)} run finished there "
         f"(see Runs): at {where}."
