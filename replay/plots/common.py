@@ -7,6 +7,7 @@ can read the plotted data back from the artists.
 
 from __future__ import annotations
 
+import io
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -61,22 +62,16 @@ def new_figure(
 def save_figure(
     fig: Figure, out_dir: Path, stem: str, formats: Sequence[str] = SAVE_FORMATS
 ) -> list[Path]:
-    """Write `stem.png` and `stem.svg` under `out_dir` (atomically: temp file, then rename)."""
-    out_dir.mkdir(parents=True, exist_ok=True)
+    """Write `stem.png` and `stem.svg` under `out_dir`, each whole or not at all (a full disk or
+    Ctrl-C left a partial figure's temp file beside them)."""
+    from replay.sweep.results import write_bytes_atomic
+
     paths = []
     for fmt in formats:
         path = out_dir / f"{stem}.{fmt}"
-        tmp = out_dir / f".{stem}.{fmt}.tmp"
-        try:
-            fig.savefig(tmp, format=fmt, dpi=120)
-            tmp.replace(path)
-        except BaseException as e:  # a full disk or Ctrl-C: no partial figure left beside
-            tmp.unlink(missing_ok=True)
-            if isinstance(e, OSError):
-                from replay.sweep.results import ResultsWriteError
-
-                raise ResultsWriteError(f"{path}: cannot write: {e.strerror or e}") from None
-            raise
+        drawn = io.BytesIO()
+        fig.savefig(drawn, format=fmt, dpi=120)
+        write_bytes_atomic(path, drawn.getvalue())
         paths.append(path)
         # The layout is solved by the first save; keep it rather than solving it again per format.
         fig.set_layout_engine("none")
