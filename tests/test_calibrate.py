@@ -163,12 +163,7 @@ def _run(argv: list[str], capsys) -> tuple[int, str, str]:
 
 
 def test_calibrate_a_simulated_sweep_predicts_its_other_points(tmp_path, capsys, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    (tmp_path / "true.toml").write_text(costs_toml(TRUE))
-    exp = tmp_path / "calib.toml"
-    exp.write_text(EXPERIMENT.format(costs=tmp_path / "true.toml"))
-    code, _, err = _run(["sweep", str(exp)], capsys)
-    assert code == 0, err
+    _calibrated_sweep(tmp_path, capsys, monkeypatch)
     argv = ["calibrate", "results/calib", "--fit", "host_tier_gib=0"]
     argv += ["--fit", "host_tier_gib=0.015625", "-o", "fitted.toml", "--json"]
     code, out, err = _run(argv, capsys)
@@ -256,15 +251,10 @@ def test_bad_calibrate_input_is_one_line_and_exit_2(argv, needle, tmp_path, caps
 
 
 def test_unknown_fit_point_lists_the_valid_ones(tmp_path, capsys, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    (tmp_path / "true.toml").write_text(costs_toml(TRUE))
-    exp = tmp_path / "calib.toml"
-    exp.write_text(
-        EXPERIMENT.format(costs=tmp_path / "true.toml").replace(
-            "[0, 0.00390625, 0.0078125, 0.015625]", "[0, 0.015625]"
-        )
-    )
-    assert _run(["sweep", str(exp)], capsys)[0] == 0
+    def two_points(text: str) -> str:
+        return text.replace("[0, 0.00390625, 0.0078125, 0.015625]", "[0, 0.015625]")
+
+    _calibrated_sweep(tmp_path, capsys, monkeypatch, two_points)
     code, _, err = _run(["calibrate", "results/calib", "--fit", "x=1", "-o", "c.toml"], capsys)
     assert code == 2 and "valid: host_tier_gib=0, host_tier_gib=0.015625" in err, err
 
@@ -473,11 +463,7 @@ def test_ctrl_c_during_a_simulation_stops_calibrate_and_keeps_the_old_costs(
 
     from replay.sim.transport import SimTransport
 
-    monkeypatch.chdir(tmp_path)
-    (tmp_path / "true.toml").write_text(costs_toml(TRUE))
-    exp = tmp_path / "calib.toml"
-    exp.write_text(EXPERIMENT.format(costs=tmp_path / "true.toml"))
-    assert _run(["sweep", str(exp)], capsys)[0] == 0
+    _calibrated_sweep(tmp_path, capsys, monkeypatch)
     (tmp_path / "fitted.toml").write_text("# the costs of an earlier calibration\n")
     real, calls = SimTransport.complete, []
 

@@ -9,9 +9,8 @@ import pytest
 
 from replay.calibrate.orders import ORDER_JITTER, permuted_trace, simulate_orders
 from replay.errors import ConfigError
-from replay.sim.fitted_cost import costs_toml
 from replay.trace.synth import synth
-from tests.test_calibrate import EXPERIMENT, TRUE, _run
+from tests.test_calibrate import _calibrated_sweep, _run
 
 FIT = ["--fit", "host_tier_gib=0", "--fit", "host_tier_gib=0.015625"]
 
@@ -55,11 +54,7 @@ def test_calibrate_predicts_the_mean_over_orders_and_reports_their_range(
 ):
     # the "measured" sweep: the simulator with llama.cpp's personality, one seat, the costs
     # known; its held-out points hold part of the working set, where the order decides reuse
-    monkeypatch.chdir(tmp_path)
-    (tmp_path / "true.toml").write_text(costs_toml(TRUE))
-    exp = tmp_path / "calib.toml"
-    exp.write_text(EXPERIMENT.format(costs=tmp_path / "true.toml"))
-    assert _run(["sweep", str(exp)], capsys)[0] == 0
+    _calibrated_sweep(tmp_path, capsys, monkeypatch)
     base = ["calibrate", "results/calib", *FIT, "-o", "fitted.toml", "--json"]
     code, out, err = _run(base, capsys)
     assert code == 0, err
