@@ -90,6 +90,13 @@ def _int_field(body: dict, name: str, default: int, lo: int = 0) -> int:
     return v
 
 
+def _user(body: dict) -> Any:
+    """The request's `user` (the task whose calls it numbers): absent or null is no user, "-",
+    as vLLM's `user: str | None = None` reads null."""
+    user = body.get("user")
+    return "-" if user is None else user
+
+
 def _bool_field(body: dict, name: str, default: bool = False) -> bool:
     v = body.get(name)
     if v is None:
@@ -241,7 +248,7 @@ class SimServer:
             try:  # before reading each id of a huge one
                 self.check_lengths(len(raw), self.output_room(len(raw), max_tokens))
             except BadRequest:
-                user = body.get("user") or "-"
+                user = _user(body)
                 if isinstance(user, str):  # a refused call still counts, as below
                     self._calls[user] = self._calls.get(user, 0) + 1
                 raise
@@ -257,9 +264,7 @@ class SimServer:
         n = body.get("n", 1)
         if n != 1:
             raise BadRequest("only n = 1 is supported", "n")
-        user = body.get("user")
-        if user is None:  # absent or null: vLLM's `user: str | None = None`
-            user = "-"
+        user = _user(body)
         if not isinstance(user, str):
             raise BadRequest("`user` must be a string", "user")
         forced = body.get("forced_output_ids")
