@@ -255,6 +255,40 @@ def test_an_id_past_the_vocabulary_gets_the_words_the_simulator_server_answers(v
     assert "max_token_id = self.model_config.get_vocab_size() - 1" in text
 
 
+def test_the_simulator_servers_answers_are_the_releases(vllm_release):
+    """`replay sim serve` answers as vLLM 0.33 does (docs/simulator.md): the output cut to what
+    --max-model-len leaves, the length refusals' words, the unknown model's 404, the media-type
+    check, the error type, the request id header and the reset's body."""
+    root = vllm_release.root / "vllm"
+
+    def one_line(path: str) -> str:
+        return " ".join((root / path).read_text().split())
+
+    api = one_line("entrypoints/serve/utils/api_utils.py")
+    assert "model_max_tokens = max_model_len - input_length" in api  # get_max_tokens
+    assert "Unsupported Media Type: Only 'application/json' is allowed" in api
+    params = one_line("renderers/params.py")
+    assert (
+        'f"cannot be greater than " f"{self.max_total_tokens_param}={max_total_tokens}. "' in params
+    )
+    assert "exceeds this limit even without any output tokens. " in params
+    assert "However, your prompt " in params
+    completion = one_line("entrypoints/openai/completion/protocol.py")
+    assert (
+        'max_total_tokens_param="max_model_len", max_output_tokens_param="max_tokens"' in completion
+    )
+    serving = one_line("entrypoints/serve/engine/serving.py")
+    assert (
+        'f"The model `{request.model}` does not exist. " f"Valid aliases: {served_names}."'
+        in serving
+    )
+    assert 'raw_request.headers.get("X-Request-Id")' in serving
+    errors = one_line("entrypoints/serve/exception_handling/error_response.py")
+    assert 'err_type: str = "BadRequestError"' in errors
+    reset = one_line("entrypoints/serve/dev/cache/api_router.py")
+    assert 'JSONResponse(content={"success": bool(success)})' in reset
+
+
 def test_a_one_token_request_meets_a_per_token_objective_in_vllms_goodput(vllm_release):
     """`replay run --slo itl=...` counts a call of one output token as meeting the objective,
     citing vLLM's benchmark, which takes its time per output token as 0 for goodput."""
