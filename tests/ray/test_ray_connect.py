@@ -76,14 +76,19 @@ def test_sigterm_stops_a_ray_sweep_as_ctrl_c_does(tmp_path):
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT,
         start_new_session=True,
     )  # fmt: skip
-    lines = []
-    assert proc.stdout is not None
-    for line in proc.stdout:  # the first finished run: Ray is up and the sweep is running
-        lines.append(line)
-        if line.startswith("[1/"):
-            break
-    proc.send_signal(signal.SIGTERM)
-    out, _ = proc.communicate(timeout=120)
+    try:
+        lines = []
+        assert proc.stdout is not None
+        for line in proc.stdout:  # the first finished run: Ray is up and the sweep is running
+            lines.append(line)
+            if line.startswith("[1/"):
+                break
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=120)
+    finally:  # a failure above must not leave the sweep or its Ray running
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
     text = "".join(lines) + out
     assert proc.returncode == 130, text[-3000:]
     assert "interrupted; rerun the same command to resume" in text
